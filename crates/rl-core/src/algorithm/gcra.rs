@@ -1,0 +1,57 @@
+use super::{AlgorithmState, info, insufficient};
+use crate::{Decision, Quota, Timestamp};
+
+/// Generic cell rate algorithm: the whole state is one timestamp, the theoretical arrival time
+/// (TAT) of the next request at the sustained rate.
+///
+/// With emission interval `T = period / count` (rounded up) and tolerance `τ = burst × T`, a
+/// cost `c` is admitted at `now` when `max(tat, now) + c × T <= now + τ`, which moves the TAT
+/// there. Admits `burst` at once, then one per `T`.
+///
+/// ```
+/// use rl_core::algorithm::{AlgorithmState, GcraState};
+/// use rl_core::{Quota, Timestamp};
+/// use std::time::Duration;
+///
+/// let quota = Quota::per_second(10)?.with_burst(3)?;
+/// let mut state = GcraState::default();
+/// let now = Timestamp::from_micros(1_000_000);
+/// for _ in 0..3 {
+///     assert!(state.check(now, 1, &quota).is_allowed());
+/// }
+/// let denied = state.check(now, 1, &quota);
+/// assert_eq!(denied.info().retry_after(), Duration::from_millis(100));
+/// # Ok::<(), rl_core::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GcraState {
+    /// Theoretical arrival time, in microseconds.
+    pub tat: u64,
+}
+
+impl AlgorithmState for GcraState {
+    #[inline]
+    fn check(&mut self, now: Timestamp, cost: u32, quota: &Quota) -> Decision {
+        let interval = quota.emission_interval_micros();
+        let limit = u64::from(quota.burst());
+        let n = now.as_micros();
+        let horizon = n.saturating_add(interval.saturating_mul(limit)); // now + τ
+        let tat = self.tat.max(n);
+        let remaining = |tat: u64| horizon.saturating_sub(tat) / interval;
+        if u64::from(cost) > limit {
+            return insufficient(limit, remaining(tat), now, tat);
+        }
+        let new_tat = tat.saturating_add(interval.saturating_mul(u64::from(cost)));
+        if new_tat <= horizon {
+            self.tat = new_tat;
+            Decision::Allowed(info(limit, remaining(new_tat), now, new_tat, 0))
+        } else {
+            let allowed_at = new_tat - (horizon - n);
+            Decision::Denied(info(limit, remaining(tat), now, tat, allowed_at))
+        }
+    }
+
+    fn fresh_at(&self, _quota: &Quota) -> u64 {
+        self.tat
+    }
+}

@@ -1,0 +1,196 @@
+//! Runtime store failures: [`StoreError`] and [`StoreErrorKind`].
+
+use std::error::Error;
+use std::fmt;
+
+/// What kind of failure a [`StoreError`] is, so that a circuit breaker can tell a sick backend
+/// from a bad request.
+///
+/// ```
+/// use rl_core::StoreErrorKind;
+/// assert!(StoreErrorKind::Timeout.is_backend_failure());
+/// assert!(!StoreErrorKind::InvalidInput.is_backend_failure());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store could not be reached, or the connection broke.
+    Connection,
+    /// The store did not answer within its deadline.
+    Timeout,
+    /// No connection could be had from the pool in time.
+    PoolExhausted,
+    /// The store is busy (a long-running script, `BUSY`, or `LOADING`).
+    Busy,
+    /// The store is out of memory (`OOM`).
+    OutOfMemory,
+    /// The store accepts only reads (`READONLY`, a replica after failover).
+    ReadOnly,
+    /// The cluster cannot serve the key (`CLUSTERDOWN`, `TRYAGAIN`, too many redirects).
+    ClusterDown,
+    /// A script failed to run or returned something the store did not expect.
+    Script,
+    /// The store holds data of the wrong shape under the key (`WRONGTYPE`, a garbled field).
+    CorruptState,
+    /// The request itself was invalid for this store (a quota it cannot express, say).
+    InvalidInput,
+    /// Anything else.
+    Other,
+}
+
+impl StoreErrorKind {
+    /// Whether this failure says the backend is unhealthy (and should count against a circuit
+    /// breaker), as opposed to a problem with one request or one key.
+    ///
+    /// ```
+    /// use rl_core::StoreErrorKind;
+    /// assert!(StoreErrorKind::ReadOnly.is_backend_failure());
+    /// assert!(!StoreErrorKind::CorruptState.is_backend_failure());
+    /// ```
+    #[must_use]
+    pub const fn is_backend_failure(self) -> bool {
+        matches!(
+            self,
+            Self::Connection
+                | Self::Timeout
+                | Self::PoolExhausted
+                | Self::Busy
+                | Self::OutOfMemory
+                | Self::ReadOnly
+                | Self::ClusterDown
+                | Self::Other
+        )
+    }
+
+    const fn describe(self) -> &'static str {
+        match self {
+            Self::Connection => "store connection failed",
+            Self::Timeout => "store timed out",
+            Self::PoolExhausted => "no store connection available",
+            Self::Busy => "store busy",
+            Self::OutOfMemory => "store out of memory",
+            Self::ReadOnly => "store is read-only",
+            Self::ClusterDown => "store cluster cannot serve the key",
+            Self::Script => "store script failed",
+            Self::CorruptState => "store holds unexpected data for the key",
+            Self::InvalidInput => "invalid request to the store",
+            Self::Other => "store error",
+        }
+    }
+}
+
+/// A failure of a [`Store`](crate::Store) to decide. Never a denial: denials are
+/// [`Decision`](crate::Decision)s.
+///
+/// Opaque: read it with [`kind`](Self::kind), the `is_*` predicates and
+/// [`source`](Error::source).
+///
+/// ```
+/// use rl_core::{StoreError, StoreErrorKind};
+/// use std::io;
+///
+/// let err = StoreError::with_source(
+///     StoreErrorKind::Connection,
+///     io::Error::new(io::ErrorKind::ConnectionRefused, "refused"),
+/// );
+/// assert!(err.is_connection());
+/// assert_eq!(err.to_string(), "store connection failed: refused");
+/// assert!(std::error::Error::source(&err).is_some());
+/// ```
+#[derive(Debug)]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    source: Option<Box<dyn Error + Send + Sync>>,
+}
+
+impl StoreError {
+    /// An error of `kind` with no underlying cause.
+    ///
+    /// ```
+    /// use rl_core::{StoreError, StoreErrorKind};
+    /// assert!(StoreError::new(StoreErrorKind::Timeout).is_timeout());
+    /// ```
+    #[must_use]
+    pub const fn new(kind: StoreErrorKind) -> Self {
+        Self { kind, source: None }
+    }
+
+    /// An error of `kind` caused by `source`.
+    ///
+    /// ```
+    /// use rl_core::{StoreError, StoreErrorKind};
+    /// let err = StoreError::with_source(StoreErrorKind::Script, "bad reply");
+    /// assert_eq!(err.to_string(), "store script failed: bad reply");
+    /// ```
+    #[must_use]
+    pub fn with_source(
+        kind: StoreErrorKind,
+        source: impl Into<Box<dyn Error + Send + Sync>>,
+    ) -> Self {
+        Self {
+            kind,
+            source: Some(source.into()),
+        }
+    }
+
+    /// What kind of failure this is.
+    ///
+    /// ```
+    /// use rl_core::{StoreError, StoreErrorKind};
+    /// assert_eq!(StoreError::new(StoreErrorKind::Busy).kind(), StoreErrorKind::Busy);
+    /// ```
+    #[must_use]
+    pub const fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// Whether the store missed its deadline.
+    ///
+    /// ```
+    /// use rl_core::{StoreError, StoreErrorKind};
+    /// assert!(StoreError::new(StoreErrorKind::Timeout).is_timeout());
+    /// ```
+    #[must_use]
+    pub const fn is_timeout(&self) -> bool {
+        matches!(self.kind, StoreErrorKind::Timeout)
+    }
+
+    /// Whether the store could not be reached.
+    ///
+    /// ```
+    /// use rl_core::{StoreError, StoreErrorKind};
+    /// assert!(StoreError::new(StoreErrorKind::Connection).is_connection());
+    /// ```
+    #[must_use]
+    pub const fn is_connection(&self) -> bool {
+        matches!(self.kind, StoreErrorKind::Connection)
+    }
+
+    /// Whether this failure says the backend is unhealthy; see
+    /// [`StoreErrorKind::is_backend_failure`].
+    ///
+    /// ```
+    /// use rl_core::{StoreError, StoreErrorKind};
+    /// assert!(StoreError::new(StoreErrorKind::OutOfMemory).is_backend_failure());
+    /// ```
+    #[must_use]
+    pub const fn is_backend_failure(&self) -> bool {
+        self.kind.is_backend_failure()
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind.describe())?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Error for StoreError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn Error + 'static))
+    }
+}
