@@ -1,1 +1,47 @@
-//! Benchmarks of the `rl` workspace.
+//! Shared helpers for the `rl` benchmarks.
+
+use std::time::{Duration, Instant};
+
+/// Runs `f(thread, i)` for `i` in `0..iters` on each of `threads` threads at once, and returns
+/// the wall time: with criterion's `iter_custom`, the time per check as each thread sees it.
+pub fn on_threads(threads: usize, iters: u64, f: impl Fn(usize, u64) + Sync) -> Duration {
+    let barrier = std::sync::Barrier::new(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (f, barrier) = (&f, &barrier);
+                scope.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    for i in 0..iters {
+                        f(t, i);
+                    }
+                    start.elapsed()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .max()
+            .unwrap_or_default()
+    })
+}
+
+/// The resident set size of this process, in bytes (Linux; 0 elsewhere).
+#[must_use]
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// The `i`-th of `n` keys, visited in a scattered order (a multiplicative hash of `i`, mapped
+/// to `0..n` by a multiply rather than a division, to keep the harness cheap).
+#[inline]
+#[must_use]
+pub fn scatter(i: u64, n: u64) -> u64 {
+    let mixed = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((u128::from(mixed) * u128::from(n)) >> 64) as u64
+}

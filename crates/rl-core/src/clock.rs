@@ -74,9 +74,10 @@ impl Timestamp {
         Self(self.0.saturating_add(saturating_nanos(by)))
     }
 
-    /// The time from `self` until `later_micros`, or zero when that moment has passed.
-    pub(crate) fn until_micros(self, later_micros: u64) -> Duration {
-        Duration::from_nanos(later_micros.saturating_mul(1_000).saturating_sub(self.0))
+    /// Nanoseconds from `self` until `later_micros`, or zero when that moment has passed.
+    #[inline]
+    pub(crate) const fn nanos_until_micros(self, later_micros: u64) -> u64 {
+        later_micros.saturating_mul(1_000).saturating_sub(self.0)
     }
 }
 

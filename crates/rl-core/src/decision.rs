@@ -68,12 +68,15 @@ impl Decision {
 /// assert_eq!((info.limit(), info.remaining()), (100, 42));
 /// assert_eq!(info.reset_after(), Duration::from_secs(30));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy)]
 pub struct Info {
     limit: u64,
-    remaining: u64,
-    reset_after: Duration,
-    retry_after: Duration,
+    /// `remaining = slack / per_unit`, divided only when asked: the division is the single
+    /// most expensive instruction of a GCRA check.
+    slack: u64,
+    per_unit: u64,
+    reset_after_nanos: u64,
+    retry_after_nanos: u64,
 }
 
 impl Info {
@@ -94,9 +97,28 @@ impl Info {
     ) -> Self {
         Self {
             limit,
-            remaining,
-            reset_after,
-            retry_after,
+            slack: remaining,
+            per_unit: 1,
+            reset_after_nanos: saturating_nanos(reset_after),
+            retry_after_nanos: saturating_nanos(retry_after),
+        }
+    }
+
+    /// Builds the figures with `remaining = slack / per_unit` (computed when read), and times
+    /// in nanoseconds.
+    pub(crate) const fn from_parts(
+        limit: u64,
+        slack: u64,
+        per_unit: u64,
+        reset_after_nanos: u64,
+        retry_after_nanos: u64,
+    ) -> Self {
+        Self {
+            limit,
+            slack,
+            per_unit,
+            reset_after_nanos,
+            retry_after_nanos,
         }
     }
 
@@ -121,7 +143,11 @@ impl Info {
     /// ```
     #[must_use]
     pub const fn remaining(&self) -> u64 {
-        self.remaining
+        if self.per_unit <= 1 {
+            self.slack
+        } else {
+            self.slack / self.per_unit
+        }
     }
 
     /// How long until the key's state equals a fresh one (its full limit is available again).
@@ -133,7 +159,7 @@ impl Info {
     /// ```
     #[must_use]
     pub const fn reset_after(&self) -> Duration {
-        self.reset_after
+        Duration::from_nanos(self.reset_after_nanos)
     }
 
     /// For a denial, how long until the same request would be admitted; zero otherwise.
@@ -148,6 +174,49 @@ impl Info {
     /// ```
     #[must_use]
     pub const fn retry_after(&self) -> Duration {
-        self.retry_after
+        Duration::from_nanos(self.retry_after_nanos)
+    }
+}
+
+const fn saturating_nanos(d: Duration) -> u64 {
+    let nanos = d.as_nanos();
+    if nanos > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        nanos as u64
+    }
+}
+
+impl PartialEq for Info {
+    fn eq(&self, other: &Self) -> bool {
+        self.limit == other.limit
+            && self.remaining() == other.remaining()
+            && self.reset_after_nanos == other.reset_after_nanos
+            && self.retry_after_nanos == other.retry_after_nanos
+    }
+}
+
+impl Eq for Info {}
+
+impl std::hash::Hash for Info {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (
+            self.limit,
+            self.remaining(),
+            self.reset_after_nanos,
+            self.retry_after_nanos,
+        )
+            .hash(state);
+    }
+}
+
+impl std::fmt::Debug for Info {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Info")
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining())
+            .field("reset_after", &self.reset_after())
+            .field("retry_after", &self.retry_after())
+            .finish()
     }
 }

@@ -3,16 +3,17 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use std::sync::Arc;
+
 use sha2::{Digest, Sha256};
-use smol_str::SmolStr;
 
 /// Keys longer than this many bytes are replaced by their SHA-256 digest.
 pub const MAX_KEY_LEN: usize = 128;
 
 /// Whose quota a request counts against: an integer, an IP address, or a string.
 ///
-/// Cheap to clone. Integers, IP addresses and strings up to 23 bytes are stored inline (no
-/// allocation). Strings longer than [`MAX_KEY_LEN`] are replaced by their SHA-256 digest, so
+/// Cheap to clone. Integers, IP addresses and strings up to 38 bytes are stored inline (no
+/// allocation); longer strings share one reference-counted copy. Strings longer than [`MAX_KEY_LEN`] are replaced by their SHA-256 digest, so
 /// stores never hold an unbounded key; [`Key::hashed`] does the same for any value that must not
 /// be stored or logged as is (API keys, tokens).
 ///
@@ -24,7 +25,8 @@ pub const MAX_KEY_LEN: usize = 128;
 /// use std::net::IpAddr;
 ///
 /// let user = Key::from("user-42");
-/// assert_eq!(user.repr(), KeyRepr::Str("user-42"));
+/// assert_eq!(user.repr(), KeyRepr::Bytes(b"user-42"));
+/// assert_eq!(format!("{user:?}"), r#"Key::Bytes("user-42")"#);
 ///
 /// let v4: IpAddr = "203.0.113.7".parse()?;
 /// let mapped: IpAddr = "::ffff:203.0.113.7".parse()?;
@@ -35,14 +37,18 @@ pub const MAX_KEY_LEN: usize = 128;
 /// assert_ne!(Key::from(1u64), Key::from("1"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct Key(Repr);
 
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// Strings up to this many bytes are stored inline (a `Key` is 40 bytes either way).
+const INLINE: usize = 38;
+
+#[derive(Clone)]
 enum Repr {
     Int(u64),
     Ip([u8; 16]),
-    Str(SmolStr),
+    Inline { len: u8, buf: [u8; INLINE] },
+    Shared(Arc<[u8]>),
     Digest([u8; 32]),
 }
 
@@ -58,8 +64,8 @@ pub enum KeyRepr<'a> {
     Int(u64),
     /// An IP address (or network prefix) as 16 bytes; IPv4 in its IPv4-mapped IPv6 form.
     Ip(&'a [u8; 16]),
-    /// A string of at most [`MAX_KEY_LEN`] bytes.
-    Str(&'a str),
+    /// A string (or byte string) of at most [`MAX_KEY_LEN`] bytes.
+    Bytes(&'a [u8]),
     /// The SHA-256 digest of a long or secret value.
     Digest(&'a [u8; 32]),
 }
@@ -83,16 +89,59 @@ impl Key {
     ///
     /// ```
     /// use rl_core::{Key, KeyRepr};
-    /// assert_eq!(Key::from("a").repr(), KeyRepr::Str("a"));
+    /// assert_eq!(Key::from("a").repr(), KeyRepr::Bytes(b"a"));
     /// ```
     #[must_use]
+    #[inline]
     pub fn repr(&self) -> KeyRepr<'_> {
         match &self.0 {
             Repr::Int(n) => KeyRepr::Int(*n),
             Repr::Ip(ip) => KeyRepr::Ip(ip),
-            Repr::Str(s) => KeyRepr::Str(s),
+            Repr::Inline { len, buf } => KeyRepr::Bytes(&buf[..usize::from(*len)]),
+            Repr::Shared(s) => KeyRepr::Bytes(s),
             Repr::Digest(d) => KeyRepr::Digest(d),
         }
+    }
+
+    /// A key for a byte string, such as a header value that need not be UTF-8. The same bytes
+    /// make the same key as the string they spell; over [`MAX_KEY_LEN`] bytes, only their
+    /// SHA-256 digest is kept.
+    ///
+    /// ```
+    /// use rl_core::Key;
+    /// assert_eq!(Key::from_bytes(b"user-42"), Key::from("user-42"));
+    /// assert_eq!(Key::from_bytes(vec![b'x'; 500]), Key::hashed(vec![b'x'; 500]));
+    /// ```
+    #[inline]
+    pub fn from_bytes(bytes: impl AsRef<[u8]>) -> Self {
+        let bytes = bytes.as_ref();
+        if bytes.len() <= INLINE {
+            let mut buf = [0; INLINE];
+            buf[..bytes.len()].copy_from_slice(bytes);
+            // bytes.len() <= 38 fits a u8.
+            Self(Repr::Inline {
+                len: bytes.len() as u8,
+                buf,
+            })
+        } else if bytes.len() <= MAX_KEY_LEN {
+            Self(Repr::Shared(Arc::from(bytes)))
+        } else {
+            Self::hashed(bytes)
+        }
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.repr() == other.repr()
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.repr().hash(state);
     }
 }
 
@@ -113,22 +162,15 @@ impl From<IpAddr> for Key {
 }
 
 impl From<&str> for Key {
+    #[inline]
     fn from(s: &str) -> Self {
-        if s.len() > MAX_KEY_LEN {
-            Self::hashed(s)
-        } else {
-            Self(Repr::Str(SmolStr::new(s)))
-        }
+        Self::from_bytes(s)
     }
 }
 
 impl From<String> for Key {
     fn from(s: String) -> Self {
-        if s.len() > MAX_KEY_LEN {
-            Self::hashed(s)
-        } else {
-            Self(Repr::Str(SmolStr::from(s)))
-        }
+        Self::from_bytes(s)
     }
 }
 
@@ -142,7 +184,10 @@ impl fmt::Debug for Key {
                 "Key::Ip({})",
                 std::net::Ipv6Addr::from(*ip).to_canonical()
             ),
-            Repr::Str(s) => write!(f, "Key::Str({s:?})"),
+            Repr::Inline { .. } | Repr::Shared(_) => match self.repr() {
+                KeyRepr::Bytes(b) => write!(f, "Key::Bytes({:?})", String::from_utf8_lossy(b)),
+                other => write!(f, "{other:?}"),
+            },
             Repr::Digest(d) => {
                 f.write_str("Key::Digest(")?;
                 for b in &d[..8] {
@@ -161,18 +206,23 @@ mod tests {
     #[test]
     fn short_and_ip_keys_stay_inline() {
         assert_eq!(std::mem::size_of::<Key>(), 40);
-        let key = Key::from("abcdefghijklmnopqrstuvw"); // 23 bytes
-        let KeyRepr::Str(s) = key.repr() else {
-            panic!("not a string")
-        };
-        assert_eq!(s.len(), 23);
-        assert!(!SmolStr::new(s).is_heap_allocated());
+        let short = "abcdefghijklmnopqrstuvwxyz0123456789AB"; // 38 bytes
+        assert!(matches!(Key::from(short).0, Repr::Inline { len: 38, .. }));
+        assert_eq!(Key::from(short).repr(), KeyRepr::Bytes(short.as_bytes()));
+        let longer = format!("{short}C");
+        assert!(matches!(Key::from(longer.as_str()).0, Repr::Shared(_)));
+        assert_eq!(Key::from(longer.as_str()), Key::from(longer));
+        let ip: IpAddr = "2001:db8::1".parse().unwrap();
+        assert!(matches!(Key::from(ip).0, Repr::Ip(_)));
     }
 
     #[test]
     fn max_length_is_enforced() {
         let at_max = "k".repeat(MAX_KEY_LEN);
-        assert_eq!(Key::from(at_max.as_str()).repr(), KeyRepr::Str(&at_max));
+        assert_eq!(
+            Key::from(at_max.as_str()).repr(),
+            KeyRepr::Bytes(at_max.as_bytes())
+        );
         let over = "k".repeat(MAX_KEY_LEN + 1);
         let key = Key::from(over.clone());
         assert_eq!(key, Key::hashed(&over));

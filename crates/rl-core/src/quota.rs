@@ -133,8 +133,10 @@ impl FromStr for Algorithm {
 pub struct Quota {
     algorithm: Algorithm,
     count: u32,
-    period_micros: u64,
     burst: u32,
+    period_micros: u64,
+    /// `period / count`, rounded up (derived; kept to spare a division per check).
+    interval_micros: u64,
 }
 
 impl Quota {
@@ -167,8 +169,9 @@ impl Quota {
         Self {
             algorithm: Algorithm::Gcra,
             count,
-            period_micros,
             burst: count,
+            period_micros,
+            interval_micros: 0,
         }
         .validated()
     }
@@ -329,15 +332,30 @@ impl Quota {
     /// ```
     #[must_use]
     pub const fn emission_interval_micros(&self) -> u64 {
-        self.period_micros.div_ceil(self.count as u64)
+        self.interval_micros
     }
 
-    fn validated(self) -> Result<Self, QuotaError> {
+    /// GCRA's tolerance `burst × emission interval`, in microseconds: how far ahead of now a
+    /// key's theoretical arrival time may run.
+    ///
+    /// ```
+    /// let quota = rl_core::Quota::per_second(10)?.with_burst(5)?;
+    /// assert_eq!(quota.tolerance_micros(), 500_000);
+    /// # Ok::<(), rl_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    pub const fn tolerance_micros(&self) -> u64 {
+        self.interval_micros * self.burst as u64
+    }
+
+    /// Checks the figures and fills in the derived interval.
+    fn validated(mut self) -> Result<Self, QuotaError> {
         let Self {
             algorithm,
             count,
-            period_micros,
             burst,
+            period_micros,
+            ..
         } = self;
         let period = self.period();
         if count == 0 {
@@ -350,7 +368,9 @@ impl Quota {
             if u64::from(count) > period_micros {
                 return Err(QuotaError::RateTooHigh { count, period });
             }
-            if u64::from(burst).saturating_mul(self.emission_interval_micros()) > MAX_SPAN_MICROS {
+            if u64::from(burst).saturating_mul(period_micros.div_ceil(u64::from(count)))
+                > MAX_SPAN_MICROS
+            {
                 return Err(QuotaError::BurstTooLarge { burst, period });
             }
         } else if burst != count {
@@ -368,6 +388,7 @@ impl Quota {
                 period,
             });
         }
+        self.interval_micros = period_micros.div_ceil(u64::from(count));
         Ok(self)
     }
 }

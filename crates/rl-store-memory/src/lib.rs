@@ -1,7 +1,8 @@
 //! A fast, bounded, in-process [`Store`](rl_core::Store) for [`rl_core`].
 //!
 //! [`MemoryStore`] keeps a compact state per key in a sharded hash map: a GCRA key costs one
-//! `u64` beside its key, updated with a single compare-and-swap and no lock held for writing. It
+//! `u64` beside its key, updated with a single compare-and-swap under a shared shard lock
+//! ([`dashmap`](https://docs.rs/dashmap), whose readers take their lock with one `fetch_add`). It
 //! is bounded ([`MemoryStoreBuilder::max_keys`], default 1,000,000) and forgets idle keys by
 //! itself, without a background thread.
 //!
@@ -21,7 +22,7 @@
 //! # Memory and eviction
 //!
 //! A key is forgotten once its state equals a fresh one (for GCRA, once its theoretical arrival
-//! time has passed), so forgetting it never changes a decision. Each shard sweeps such keys
+//! time has passed), so forgetting it never changes a decision. The store sweeps such keys
 //! whenever it has doubled in size since its last sweep, an amortised O(1) per new key.
 //!
 //! When `max_keys` keys are live and none of them can be forgotten yet, a **new** key is

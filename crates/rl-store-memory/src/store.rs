@@ -15,7 +15,7 @@ use rl_core::{
     Algorithm, Clock, Decision, Info, Key, MonotonicClock, Quota, Store, StoreError, Timestamp,
 };
 
-use crate::table::{Budget, Found, Locked, Slot, Tables};
+use crate::table::{Budget, Found, Locked, MIN_SWEEP, Slot, Tables};
 
 /// The default bound on live keys: 1,000,000 (about 36 MB of GCRA state with integer keys).
 const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -59,7 +59,6 @@ impl<C> Clone for MemoryStore<C> {
 
 struct Inner<C> {
     clock: C,
-    hasher: RandomState,
     budget: Budget,
     gcra: Tables<AtomicU64>,
     token_bucket: Tables<Locked<TokenBucketState>>,
@@ -205,8 +204,10 @@ impl<C: Clock> Inner<C> {
                 }
                 .peek(now, quota)
             };
-            let fresh = || GcraState::default().peek(now, quota);
-            return self.with_slot(&self.gcra, key, quota, now, peek, Some(&fresh));
+            return self
+                .gcra
+                .get(key.repr(), peek)
+                .unwrap_or_else(|| GcraState::default().peek(now, quota));
         };
         let cas = |tat: &AtomicU64| {
             let mut current = tat.load(Ordering::Acquire);
@@ -227,7 +228,10 @@ impl<C: Clock> Inner<C> {
                 }
             }
         };
-        self.with_slot(&self.gcra, key, quota, now, cas, None)
+        match self.gcra.get(key.repr(), cas) {
+            Some(decision) => decision,
+            None => self.insert(&self.gcra, key, quota, now, &cas),
+        }
     }
 
     fn locked<S: AlgorithmState>(
@@ -242,52 +246,46 @@ impl<C: Clock> Inner<C> {
             Mode::Check(cost) => {
                 let check =
                     |slot: &Locked<S>| slot.update(quota, |state| state.check(now, cost, quota));
-                self.with_slot(tables, key, quota, now, check, None)
+                match tables.get(key.repr(), check) {
+                    Some(decision) => decision,
+                    None => self.insert(tables, key, quota, now, &check),
+                }
             }
-            Mode::Peek => {
-                let peek = |slot: &Locked<S>| slot.lock().0.peek(now, quota);
-                let fresh = || S::default().peek(now, quota);
-                self.with_slot(tables, key, quota, now, peek, Some(&fresh))
-            }
+            Mode::Peek => tables
+                .get(key.repr(), |slot| slot.lock().0.peek(now, quota))
+                .unwrap_or_else(|| S::default().peek(now, quota)),
         }
     }
 
-    /// Decides on `key`'s slot, creating it unless `peek_fresh` is given: then an unknown key
-    /// is decided by `peek_fresh` and not stored. A full store denies new keys until one of its
-    /// keys can be forgotten.
-    #[inline]
-    fn with_slot<V: Slot>(
+    /// Decides on a key seen for the first time: creates its slot, or, when the store is full
+    /// and nothing can be forgotten yet, denies it until something can.
+    #[inline(never)]
+    fn insert<V: Slot>(
         &self,
         tables: &Tables<V>,
         key: &Key,
         quota: &Quota,
         now: Timestamp,
-        f: impl Fn(&V) -> Decision,
-        peek_fresh: Option<&dyn Fn() -> Decision>,
+        f: &dyn Fn(&V) -> Decision,
     ) -> Decision {
         let now_us = now.as_micros();
-        let run = || {
-            let found = tables.with_slot(
-                &self.hasher,
-                &self.budget,
-                key.repr(),
-                peek_fresh.is_none(),
-                now_us,
-                &f,
-            );
-            match (found, peek_fresh) {
-                (Found::Slot(decision), _) => Some(decision),
-                (Found::Missing, Some(fresh)) => Some(fresh()),
-                (Found::Missing, None) | (Found::Full, _) => None,
+        let try_insert = || match tables.insert(&self.budget, key.repr(), f) {
+            Found::Slot(decision) => Some(decision),
+            Found::Created(decision) => {
+                if self.budget.claim_growth_sweep() {
+                    self.sweep(now_us);
+                }
+                Some(decision)
             }
+            Found::Full => None,
         };
-        if let Some(decision) = run() {
+        if let Some(decision) = try_insert() {
             return decision;
         }
         // Full: forget what can be forgotten, at most once per FULL_SWEEP_INTERVAL.
         if self.budget.claim_full_sweep(now_us) {
             self.sweep(now_us);
-            if let Some(decision) = run() {
+            if let Some(decision) = try_insert() {
                 return decision;
             }
         }
@@ -313,19 +311,18 @@ impl<C: Clock> Inner<C> {
         ];
         let freed = results.iter().map(|r| r.0).sum();
         let next = results.iter().map(|r| r.1).min().unwrap_or(u64::MAX);
-        self.budget.len.fetch_sub(freed, Ordering::AcqRel);
-        self.budget.next_fresh_at.store(next, Ordering::Release);
+        self.budget.swept(freed, next);
         freed
     }
 
     fn remove(&self, key: &Key, quota: &Quota) {
         let key = key.repr();
         let removed = match quota.algorithm() {
-            Algorithm::Gcra => self.gcra.remove(&self.hasher, key),
-            Algorithm::TokenBucket => self.token_bucket.remove(&self.hasher, key),
-            Algorithm::FixedWindow => self.fixed_window.remove(&self.hasher, key),
-            Algorithm::SlidingWindow => self.sliding_window.remove(&self.hasher, key),
-            _ => self.sliding_log.remove(&self.hasher, key),
+            Algorithm::Gcra => self.gcra.remove(key),
+            Algorithm::TokenBucket => self.token_bucket.remove(key),
+            Algorithm::FixedWindow => self.fixed_window.remove(key),
+            Algorithm::SlidingWindow => self.sliding_window.remove(key),
+            _ => self.sliding_log.remove(key),
         };
         if removed {
             self.budget.len.fetch_sub(1, Ordering::AcqRel);
@@ -426,21 +423,22 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             })
             .clamp(1, 1 << 16)
             .next_power_of_two();
+        let hasher = RandomState::default();
         MemoryStore {
             inner: Arc::new(Inner {
                 clock: self.clock,
-                hasher: RandomState::default(),
                 budget: Budget {
                     max_keys: self.max_keys,
                     len: AtomicUsize::new(0),
                     next_fresh_at: AtomicU64::new(u64::MAX),
                     last_full_sweep: AtomicU64::new(0),
+                    sweep_at: AtomicUsize::new(MIN_SWEEP),
                 },
-                gcra: Tables::new(shards),
-                token_bucket: Tables::new(shards),
-                fixed_window: Tables::new(shards),
-                sliding_window: Tables::new(shards),
-                sliding_log: Tables::new(shards),
+                gcra: Tables::new(&hasher, shards),
+                token_bucket: Tables::new(&hasher, shards),
+                fixed_window: Tables::new(&hasher, shards),
+                sliding_window: Tables::new(&hasher, shards),
+                sliding_log: Tables::new(&hasher, shards),
             }),
         }
     }

@@ -1,11 +1,13 @@
-//! A sharded hash table of key -> slot with bounded, lazily swept entries.
+//! Tables of key -> slot, one per kind of key, over [`DashMap`] shards.
 
-use std::hash::BuildHasher;
+use std::borrow::Borrow;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use foldhash::fast::RandomState;
-use hashbrown::HashTable;
 use rl_core::algorithm::AlgorithmState;
 use rl_core::{KeyRepr, Quota};
 
@@ -46,35 +48,6 @@ impl<S: AlgorithmState> Slot for Locked<S> {
     }
 }
 
-/// The key types a table can hold, hashed the same way as the [`KeyRepr`] that finds them.
-pub(crate) trait TableKey: Send + Sync + Sized {
-    fn hash(&self, hasher: &RandomState) -> u64;
-}
-
-impl TableKey for u64 {
-    fn hash(&self, hasher: &RandomState) -> u64 {
-        hasher.hash_one(self)
-    }
-}
-
-impl TableKey for [u8; 16] {
-    fn hash(&self, hasher: &RandomState) -> u64 {
-        hasher.hash_one(self)
-    }
-}
-
-impl TableKey for [u8; 32] {
-    fn hash(&self, hasher: &RandomState) -> u64 {
-        hasher.hash_one(self)
-    }
-}
-
-impl TableKey for smol_str::SmolStr {
-    fn hash(&self, hasher: &RandomState) -> u64 {
-        hasher.hash_one(self.as_bytes())
-    }
-}
-
 /// Shared bookkeeping of all the tables of one store.
 #[derive(Debug)]
 pub(crate) struct Budget {
@@ -84,10 +57,14 @@ pub(crate) struct Budget {
     pub(crate) next_fresh_at: AtomicU64,
     /// When the store last swept every table because it was full (µs).
     pub(crate) last_full_sweep: AtomicU64,
+    /// Sweep every table once this many keys are live (twice the count after the last sweep).
+    pub(crate) sweep_at: AtomicUsize,
 }
 
 /// A full store sweeps every table at most this often (µs).
-pub(crate) const FULL_SWEEP_INTERVAL: u64 = 100_000;
+const FULL_SWEEP_INTERVAL: u64 = 100_000;
+/// The smallest store that sweeps as it grows.
+pub(crate) const MIN_SWEEP: usize = 1_024;
 
 impl Budget {
     /// The earliest time a full store may admit a new key (µs).
@@ -109,239 +86,207 @@ impl Budget {
                 .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
     }
+
+    /// Claims the right to sweep a store that has doubled since its last sweep.
+    pub(crate) fn claim_growth_sweep(&self) -> bool {
+        let at = self.sweep_at.load(Ordering::Acquire);
+        self.len.load(Ordering::Acquire) >= at
+            && self
+                .sweep_at
+                .compare_exchange(at, usize::MAX, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// Records a sweep that freed `freed` keys and found none fresher than `next_fresh_at`.
+    pub(crate) fn swept(&self, freed: usize, next_fresh_at: u64) {
+        let len = self.len.fetch_sub(freed, Ordering::AcqRel) - freed;
+        self.next_fresh_at.store(next_fresh_at, Ordering::Release);
+        self.sweep_at
+            .store((len * 2).max(MIN_SWEEP), Ordering::Release);
+    }
 }
 
-/// What happened to a lookup.
+/// What happened to an insertion.
 pub(crate) enum Found<R> {
-    /// The slot existed or was created; `f` ran on it.
+    /// Another thread created the slot first; `f` ran on it.
     Slot(R),
-    /// The key is unknown and was not created.
-    Missing,
+    /// The slot was created; `f` ran on it.
+    Created(R),
     /// The store is full.
     Full,
 }
 
-#[repr(align(128))]
+/// One map of `K` -> `V`.
 #[derive(Debug)]
-struct Padded<T>(T);
+struct Table<K: Eq + Hash, V>(DashMap<K, V, RandomState>);
 
-#[derive(Debug)]
-struct Shard<K, V> {
-    map: HashTable<(K, V)>,
-    /// Sweep when the shard reaches this many entries.
-    sweep_at: usize,
-}
-
-const MIN_SWEEP: usize = 64;
-
-impl<K: TableKey, V: Slot> Shard<K, V> {
-    /// Drops every entry that equals a fresh one; returns how many, and the earliest time a
-    /// remaining entry becomes fresh.
-    fn sweep(&mut self, now: u64) -> (usize, u64) {
-        let before = self.map.len();
-        let mut next = u64::MAX;
-        self.map.retain(|(_, slot)| {
-            let fresh_at = slot.fresh_at();
-            let keep = fresh_at > now;
-            if keep {
-                next = next.min(fresh_at);
-            }
-            keep
-        });
-        self.sweep_at = (self.map.len() * 2).max(MIN_SWEEP);
-        (before - self.map.len(), next)
-    }
-}
-
-/// A sharded table of `K` -> `V`.
-#[derive(Debug)]
-pub(crate) struct Table<K, V> {
-    shards: Box<[Padded<RwLock<Shard<K, V>>>]>,
-}
-
-impl<K: TableKey, V: Slot> Table<K, V> {
-    pub(crate) fn new(shards: usize) -> Self {
-        let shards = (0..shards)
-            .map(|_| {
-                Padded(RwLock::new(Shard {
-                    map: HashTable::new(),
-                    sweep_at: MIN_SWEEP,
-                }))
-            })
-            .collect();
-        Self { shards }
+impl<K: Eq + Hash, V: Slot> Table<K, V> {
+    fn new(hasher: &RandomState, shards: usize) -> Self {
+        Self(DashMap::with_hasher_and_shard_amount(
+            hasher.clone(),
+            shards,
+        ))
     }
 
-    fn shard(&self, hash: u64) -> &RwLock<Shard<K, V>> {
-        // The low bits pick the bucket inside a shard and the top 7 its control byte.
-        let index = (hash >> 40) as usize & (self.shards.len() - 1);
-        &self.shards[index].0
-    }
-
-    fn read(&self, hash: u64) -> RwLockReadGuard<'_, Shard<K, V>> {
-        self.shard(hash)
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self, hash: u64) -> RwLockWriteGuard<'_, Shard<K, V>> {
-        self.shard(hash)
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Runs `f` on the slot of the key `eq` recognises, creating it with `make` when `create`
-    /// is set and the budget allows.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs `f` on the slot of `probe`, if there is one (under a shared shard lock).
     #[inline]
-    pub(crate) fn with_slot<R>(
-        &self,
-        hasher: &RandomState,
-        budget: &Budget,
-        hash: u64,
-        eq: impl Fn(&K) -> bool,
-        make: impl FnOnce() -> K,
-        create: bool,
-        now: u64,
-        f: impl FnOnce(&V) -> R,
-    ) -> Found<R> {
-        {
-            let shard = self.read(hash);
-            if let Some((_, slot)) = shard.map.find(hash, |(k, _)| eq(k)) {
-                return Found::Slot(f(slot));
+    fn get<Q, R>(&self, probe: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
+        self.0.get(probe).map(|slot| f(&slot))
+    }
+
+    /// Creates the slot of `key` if the budget allows (or finds it, if another thread just
+    /// did), then runs `f` on it.
+    fn insert<R>(&self, budget: &Budget, key: K, f: impl FnOnce(&V) -> R) -> Found<R> {
+        match self.0.entry(key) {
+            Entry::Occupied(entry) => Found::Slot(f(entry.get())),
+            Entry::Vacant(entry) => {
+                if budget.len.fetch_add(1, Ordering::AcqRel) >= budget.max_keys {
+                    budget.len.fetch_sub(1, Ordering::AcqRel);
+                    return Found::Full;
+                }
+                let slot = entry.insert(V::default());
+                let result = f(&slot);
+                budget
+                    .next_fresh_at
+                    .fetch_min(slot.fresh_at(), Ordering::AcqRel);
+                Found::Created(result)
             }
         }
-        if !create {
-            return Found::Missing;
-        }
-        let mut shard = self.write(hash);
-        if let Some((_, slot)) = shard.map.find(hash, |(k, _)| eq(k)) {
-            return Found::Slot(f(slot));
-        }
-        if shard.map.len() >= shard.sweep_at {
-            let (freed, _) = shard.sweep(now);
-            budget.len.fetch_sub(freed, Ordering::AcqRel);
-        }
-        if budget.len.fetch_add(1, Ordering::AcqRel) >= budget.max_keys {
-            budget.len.fetch_sub(1, Ordering::AcqRel);
-            return Found::Full;
-        }
-        let entry = shard
-            .map
-            .insert_unique(hash, (make(), V::default()), |(k, _)| k.hash(hasher));
-        let slot = &entry.get().1;
-        let result = f(slot);
-        budget
-            .next_fresh_at
-            .fetch_min(slot.fresh_at(), Ordering::AcqRel);
-        Found::Slot(result)
     }
 
-    /// Forgets every entry that equals a fresh one; returns how many, and the earliest time a
-    /// remaining entry becomes fresh.
-    pub(crate) fn sweep(&self, now: u64) -> (usize, u64) {
-        self.shards
-            .iter()
-            .fold((0, u64::MAX), |(freed, next), shard| {
-                let (f, n) = shard
-                    .0
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .sweep(now);
-                (freed + f, next.min(n))
-            })
-    }
-
-    /// Removes the key `eq` recognises; returns whether it was there.
-    pub(crate) fn remove(&self, hash: u64, eq: impl Fn(&K) -> bool) -> bool {
-        let mut shard = self.write(hash);
-        shard
-            .map
-            .find_entry(hash, |(k, _)| eq(k))
-            .map(|entry| entry.remove())
-            .is_ok()
+    /// Forgets every entry that equals a fresh one at `now`; returns how many, and the
+    /// earliest time a remaining entry becomes fresh.
+    fn sweep(&self, now: u64) -> (usize, u64) {
+        let (mut freed, mut next) = (0, u64::MAX);
+        self.0.retain(|_, slot| {
+            let fresh_at = slot.fresh_at();
+            if fresh_at > now {
+                next = next.min(fresh_at);
+                true
+            } else {
+                freed += 1;
+                false
+            }
+        });
+        (freed, next)
     }
 }
 
-/// One table per kind of key.
+/// Byte strings up to this long are stored inline: with its length and tag, a stored key is
+/// 24 bytes, the size of a `String`, and needs no allocation of its own.
+const INLINE_BYTES: usize = 22;
+
+/// A stored byte-string key: inline up to 22 bytes, boxed beyond. Hashes and compares as the
+/// `[u8]` it holds, so a `&[u8]` finds it.
+#[derive(Clone, Debug)]
+enum StoredBytes {
+    Inline { len: u8, buf: [u8; INLINE_BYTES] },
+    Boxed(Box<[u8]>),
+}
+
+impl StoredBytes {
+    fn new(bytes: &[u8]) -> Self {
+        match u8::try_from(bytes.len()) {
+            Ok(len) if bytes.len() <= INLINE_BYTES => {
+                let mut buf = [0; INLINE_BYTES];
+                buf[..bytes.len()].copy_from_slice(bytes);
+                Self::Inline { len, buf }
+            }
+            _ => Self::Boxed(bytes.into()),
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<StoredBytes>() == 24);
+
+impl Borrow<[u8]> for StoredBytes {
+    fn borrow(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, buf } => &buf[..usize::from(*len)],
+            Self::Boxed(bytes) => bytes,
+        }
+    }
+}
+
+impl PartialEq for StoredBytes {
+    fn eq(&self, other: &Self) -> bool {
+        Borrow::<[u8]>::borrow(self) == Borrow::<[u8]>::borrow(other)
+    }
+}
+
+impl Eq for StoredBytes {}
+
+impl Hash for StoredBytes {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Borrow::<[u8]>::borrow(self).hash(state);
+    }
+}
+
+/// One table per kind of key, so that keys of different kinds never meet.
 #[derive(Debug)]
 pub(crate) struct Tables<V> {
     int: Table<u64, V>,
     ip: Table<[u8; 16], V>,
-    str: Table<smol_str::SmolStr, V>,
+    bytes: Table<StoredBytes, V>,
     digest: Table<[u8; 32], V>,
 }
 
 impl<V: Slot> Tables<V> {
-    pub(crate) fn new(shards: usize) -> Self {
+    pub(crate) fn new(hasher: &RandomState, shards: usize) -> Self {
         Self {
-            int: Table::new(shards),
-            ip: Table::new(shards),
-            str: Table::new(shards),
-            digest: Table::new(shards),
+            int: Table::new(hasher, shards),
+            ip: Table::new(hasher, shards),
+            bytes: Table::new(hasher, shards),
+            digest: Table::new(hasher, shards),
         }
     }
 
-    /// [`Table::with_slot`] on the table for `key`'s kind.
+    /// Runs `f` on `key`'s slot, if there is one.
     #[inline]
-    pub(crate) fn with_slot<R>(
+    pub(crate) fn get<R>(&self, key: KeyRepr<'_>, f: impl FnOnce(&V) -> R) -> Option<R> {
+        match key {
+            KeyRepr::Int(n) => self.int.get(&n, f),
+            KeyRepr::Ip(ip) => self.ip.get(ip, f),
+            KeyRepr::Bytes(b) => self.bytes.get(b, f),
+            KeyRepr::Digest(d) => self.digest.get(d, f),
+        }
+    }
+
+    /// Creates `key`'s slot if the budget allows, and runs `f` on it.
+    pub(crate) fn insert<R>(
         &self,
-        hasher: &RandomState,
         budget: &Budget,
         key: KeyRepr<'_>,
-        create: bool,
-        now: u64,
         f: impl FnOnce(&V) -> R,
     ) -> Found<R> {
         match key {
-            KeyRepr::Int(n) => {
-                let hash = n.hash(hasher);
-                self.int
-                    .with_slot(hasher, budget, hash, |k| *k == n, || n, create, now, f)
-            }
-            KeyRepr::Ip(ip) => {
-                let hash = ip.hash(hasher);
-                self.ip
-                    .with_slot(hasher, budget, hash, |k| k == ip, || *ip, create, now, f)
-            }
-            KeyRepr::Str(s) => {
-                let hash = hasher.hash_one(s.as_bytes());
-                let make = || smol_str::SmolStr::new(s);
-                self.str.with_slot(
-                    hasher,
-                    budget,
-                    hash,
-                    |k| k.as_str() == s,
-                    make,
-                    create,
-                    now,
-                    f,
-                )
-            }
-            KeyRepr::Digest(d) => {
-                let hash = d.hash(hasher);
-                self.digest
-                    .with_slot(hasher, budget, hash, |k| k == d, || *d, create, now, f)
-            }
+            KeyRepr::Int(n) => self.int.insert(budget, n, f),
+            KeyRepr::Ip(ip) => self.ip.insert(budget, *ip, f),
+            KeyRepr::Bytes(b) => self.bytes.insert(budget, StoredBytes::new(b), f),
+            KeyRepr::Digest(d) => self.digest.insert(budget, *d, f),
         }
     }
 
-    pub(crate) fn remove(&self, hasher: &RandomState, key: KeyRepr<'_>) -> bool {
+    /// Removes `key`; returns whether it was there.
+    pub(crate) fn remove(&self, key: KeyRepr<'_>) -> bool {
         match key {
-            KeyRepr::Int(n) => self.int.remove(n.hash(hasher), |k| *k == n),
-            KeyRepr::Ip(ip) => self.ip.remove(ip.hash(hasher), |k| k == ip),
-            KeyRepr::Str(s) => self
-                .str
-                .remove(hasher.hash_one(s.as_bytes()), |k| k.as_str() == s),
-            KeyRepr::Digest(d) => self.digest.remove(d.hash(hasher), |k| k == d),
+            KeyRepr::Int(n) => self.int.0.remove(&n).is_some(),
+            KeyRepr::Ip(ip) => self.ip.0.remove(ip).is_some(),
+            KeyRepr::Bytes(b) => self.bytes.0.remove(b).is_some(),
+            KeyRepr::Digest(d) => self.digest.0.remove(d).is_some(),
         }
     }
 
+    /// [`Table::sweep`] over every kind of key.
     pub(crate) fn sweep(&self, now: u64) -> (usize, u64) {
         [
             self.int.sweep(now),
             self.ip.sweep(now),
-            self.str.sweep(now),
+            self.bytes.sweep(now),
             self.digest.sweep(now),
         ]
         .into_iter()

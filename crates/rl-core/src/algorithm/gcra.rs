@@ -1,5 +1,5 @@
-use super::{AlgorithmState, info, insufficient};
-use crate::{Decision, Quota, Timestamp};
+use super::AlgorithmState;
+use crate::{Decision, Info, Quota, Timestamp};
 
 /// Generic cell rate algorithm: the whole state is one timestamp, the theoretical arrival time
 /// (TAT) of the next request at the sustained rate.
@@ -35,19 +35,28 @@ impl AlgorithmState for GcraState {
         let interval = quota.emission_interval_micros();
         let limit = u64::from(quota.burst());
         let n = now.as_micros();
-        let horizon = n.saturating_add(interval.saturating_mul(limit)); // now + τ
+        let horizon = n.saturating_add(quota.tolerance_micros()); // now + τ
         let tat = self.tat.max(n);
-        let remaining = |tat: u64| horizon.saturating_sub(tat) / interval;
+        // remaining = (horizon - tat) / interval, divided only if read
+        let info = |tat: u64, retry_at: u64| {
+            Info::from_parts(
+                limit,
+                horizon.saturating_sub(tat),
+                interval,
+                now.nanos_until_micros(tat),
+                now.nanos_until_micros(retry_at),
+            )
+        };
         if u64::from(cost) > limit {
-            return insufficient(limit, remaining(tat), now, tat);
+            return Decision::InsufficientCapacity(info(tat, 0));
         }
         let new_tat = tat.saturating_add(interval.saturating_mul(u64::from(cost)));
         if new_tat <= horizon {
             self.tat = new_tat;
-            Decision::Allowed(info(limit, remaining(new_tat), now, new_tat, 0))
+            Decision::Allowed(info(new_tat, 0))
         } else {
             let allowed_at = new_tat - (horizon - n);
-            Decision::Denied(info(limit, remaining(tat), now, tat, allowed_at))
+            Decision::Denied(info(tat, allowed_at))
         }
     }
 

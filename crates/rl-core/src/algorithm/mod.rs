@@ -31,8 +31,6 @@ mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
-use std::time::Duration;
-
 pub use fixed_window::FixedWindowState;
 pub use gcra::GcraState;
 pub use sliding_log::SlidingLogState;
@@ -76,22 +74,25 @@ pub trait AlgorithmState: Clone + Default + Send + Sync + 'static {
 }
 
 /// Builds an [`Info`] from instants in microseconds.
+#[inline]
 fn info(limit: u64, remaining: u64, now: Timestamp, reset_at: u64, retry_at: u64) -> Info {
-    Info::new(
+    Info::from_parts(
         limit,
         remaining,
-        now.until_micros(reset_at),
-        now.until_micros(retry_at),
+        1,
+        now.nanos_until_micros(reset_at),
+        now.nanos_until_micros(retry_at),
     )
 }
 
 /// The decision for a cost larger than `limit`: nothing counted, no retry time.
 fn insufficient(limit: u64, remaining: u64, now: Timestamp, reset_at: u64) -> Decision {
-    Decision::InsufficientCapacity(Info::new(
+    Decision::InsufficientCapacity(Info::from_parts(
         limit,
         remaining,
-        now.until_micros(reset_at),
-        Duration::ZERO,
+        1,
+        now.nanos_until_micros(reset_at),
+        0,
     ))
 }
 

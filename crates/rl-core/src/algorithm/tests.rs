@@ -459,3 +459,14 @@ fn earlier_is_stricter<S: AlgorithmState>(
 fn forward_only(steps: &[Step]) -> Vec<Step> {
     steps.iter().filter(|s| !s.back).cloned().collect()
 }
+
+#[test]
+fn state_sizes() {
+    // The per-key state each algorithm stores (BENCHMARKS.md lists these).
+    assert_eq!(std::mem::size_of::<GcraState>(), 8);
+    assert_eq!(std::mem::size_of::<TokenBucketState>(), 16);
+    assert_eq!(std::mem::size_of::<FixedWindowState>(), 16);
+    assert_eq!(std::mem::size_of::<SlidingWindowState>(), 24);
+    // plus 8 bytes per logged unit, at most `count` of them
+    assert_eq!(std::mem::size_of::<SlidingLogState>(), 32);
+}
