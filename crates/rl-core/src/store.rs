@@ -56,6 +56,30 @@ pub trait Store: Send + Sync + 'static {
         cost: u32,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
 
+    /// Decides at once, if this store can: a store that needs no I/O (the memory store) returns
+    /// `Some`, sparing its caller a future; one that must wait (Redis) returns `None`, the
+    /// default, and the caller uses [`check`](Self::check). Never counts twice: when this
+    /// returns `Some`, the cost was counted (or not) exactly as `check` would have.
+    ///
+    /// ```
+    /// # use rl_core::{Key, Quota, Store};
+    /// # fn demo(store: &impl Store, key: &Key, quota: &Quota) {
+    /// match store.check_ready(key, quota, 1) {
+    ///     Some(result) => { /* decided without waiting */ }
+    ///     None => { /* call `store.check(key, quota, 1).await` */ }
+    /// }
+    /// # }
+    /// ```
+    fn check_ready(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+    ) -> Option<Result<Decision, StoreError>> {
+        let _ = (key, quota, cost);
+        None
+    }
+
     /// Whether a request of cost 1 would be admitted now, without counting it (and without
     /// creating state for an unknown key).
     ///
@@ -80,7 +104,16 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-impl<S: Store + ?Sized> Store for Arc<S> {
+impl<S: Store> Store for Arc<S> {
+    fn check_ready(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+    ) -> Option<Result<Decision, StoreError>> {
+        (**self).check_ready(key, quota, cost)
+    }
+
     fn check(
         &self,
         key: &Key,

@@ -331,6 +331,17 @@ impl<C: Clock> Inner<C> {
 }
 
 impl<C: Clock> Store for MemoryStore<C> {
+    /// Always decides at once: the memory store never waits.
+    #[inline]
+    fn check_ready(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+    ) -> Option<Result<Decision, StoreError>> {
+        Some(Ok(self.check_sync(key, quota, cost)))
+    }
+
     async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
         Ok(self.check_sync(key, quota, cost))
     }

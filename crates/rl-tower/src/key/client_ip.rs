@@ -1,0 +1,341 @@
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use http::header::{FORWARDED, HeaderName};
+use http::{HeaderMap, Request};
+use ipnet::IpNet;
+use rl_core::Key;
+
+use super::peer_ip::{DEFAULT_IPV6_PREFIX, ip_key};
+use super::{KeyExtractor, peer_addr};
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+/// Which header a trusted proxy records the client address in.
+///
+/// ```
+/// use rl_tower::key::{ClientIp, ForwardedHeader};
+/// let extractor = ClientIp::new(ForwardedHeader::XForwardedFor);
+/// # drop(extractor);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForwardedHeader {
+    /// RFC 7239 `Forwarded: for=192.0.2.60;proto=http, for="[2001:db8::1]:4711"`.
+    Forwarded,
+    /// `X-Forwarded-For: client, proxy1, proxy2`.
+    XForwardedFor,
+    /// `X-Real-IP: client`, a single address set by the one proxy in front.
+    XRealIp,
+}
+
+/// Keys a request by the client's IP address behind trusted reverse proxies.
+///
+/// The header is read **only when the peer is a trusted proxy**; otherwise the peer itself is
+/// the client, and whatever it wrote in the header is ignored. Only the one configured header
+/// is read, never another one as a fallback. Its field lines are read in order and its
+/// entries walked from the right, skipping addresses of trusted proxies: the first untrusted
+/// address is the client. The leftmost entry is never believed just because it is leftmost
+/// (any client can write it). If every hop is trusted, the leftmost is the client.
+///
+/// An entry that is not an IP address (`unknown`, an obfuscated identifier, garbage), a
+/// header that is not UTF-8, or an `X-Real-IP` given twice makes the request keyless (the
+/// layer's [`MissingKey`](crate::rate_limit::MissingKey) rule applies) rather than guessing.
+/// IPv6 addresses are grouped by prefix (default /64), IPv4-mapped ones count as IPv4.
+///
+/// ```
+/// use http::Request;
+/// use rl_tower::key::{ClientIp, ForwardedHeader, KeyExtractor};
+/// use std::net::SocketAddr;
+///
+/// let client_ip = ClientIp::new(ForwardedHeader::XForwardedFor)
+///     .trust("10.0.0.0/8".parse().unwrap());
+/// let request = |peer: &str, xff: &str| {
+///     let mut req = Request::builder().header("x-forwarded-for", xff).body(()).unwrap();
+///     req.extensions_mut().insert(peer.parse::<SocketAddr>().unwrap());
+///     req
+/// };
+/// // Through our proxy at 10.0.0.2: the client is the rightmost untrusted entry.
+/// let via_proxy = request("10.0.0.2:443", "6.6.6.6, 203.0.113.9, 10.0.0.1");
+/// assert_eq!(client_ip.client_addr(&via_proxy), Some("203.0.113.9".parse().unwrap()));
+/// // Straight from the internet: the header is the client's own claim, and ignored.
+/// let spoofed = request("198.51.100.4:5000", "1.2.3.4");
+/// assert_eq!(client_ip.client_addr(&spoofed), Some("198.51.100.4".parse().unwrap()));
+/// ```
+#[derive(Clone, Debug)]
+pub struct ClientIp {
+    trusted: Arc<[IpNet]>,
+    header: ForwardedHeader,
+    ipv6_prefix: u8,
+}
+
+impl ClientIp {
+    /// Reads `header` from trusted proxies; no proxy is trusted until [`trust`](Self::trust).
+    ///
+    /// ```
+    /// use rl_tower::key::{ClientIp, ForwardedHeader};
+    /// let extractor = ClientIp::new(ForwardedHeader::Forwarded);
+    /// # drop(extractor);
+    /// ```
+    #[must_use]
+    pub fn new(header: ForwardedHeader) -> Self {
+        Self {
+            trusted: Arc::new([]),
+            header,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
+
+    /// Trusts the proxies in `network` (e.g. `10.0.0.0/8`, `::1/128`).
+    ///
+    /// ```
+    /// use rl_tower::key::{ClientIp, ForwardedHeader};
+    /// let extractor = ClientIp::new(ForwardedHeader::XRealIp)
+    ///     .trust("127.0.0.1/32".parse().unwrap())
+    ///     .trust("::1/128".parse().unwrap());
+    /// # drop(extractor);
+    /// ```
+    #[must_use]
+    pub fn trust(mut self, network: IpNet) -> Self {
+        let mut trusted = self.trusted.to_vec();
+        trusted.push(network);
+        self.trusted = trusted.into();
+        self
+    }
+
+    /// Groups IPv6 clients by their first `prefix` bits (default 64, clamped to 128).
+    ///
+    /// ```
+    /// use rl_tower::key::{ClientIp, ForwardedHeader};
+    /// let extractor = ClientIp::new(ForwardedHeader::XForwardedFor).ipv6_prefix(48);
+    /// # drop(extractor);
+    /// ```
+    #[must_use]
+    pub fn ipv6_prefix(mut self, prefix: u8) -> Self {
+        self.ipv6_prefix = prefix.min(128);
+        self
+    }
+
+    /// The client's address, or `None` when the request has no peer address or the trusted
+    /// proxies' header cannot be read.
+    ///
+    /// ```
+    /// use http::Request;
+    /// use rl_tower::key::{ClientIp, ForwardedHeader};
+    /// let req = Request::new(()); // no peer address
+    /// assert_eq!(ClientIp::new(ForwardedHeader::Forwarded).client_addr(&req), None);
+    /// ```
+    #[must_use]
+    pub fn client_addr<B>(&self, req: &Request<B>) -> Option<IpAddr> {
+        let peer = peer_addr(req)?.ip().to_canonical();
+        self.resolve(peer, req.headers())
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|net| net.contains(&ip))
+    }
+
+    fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
+        if !self.is_trusted(peer) {
+            return Some(peer);
+        }
+        match self.header {
+            ForwardedHeader::XRealIp => {
+                let mut values = headers.get_all(X_REAL_IP).iter();
+                let Some(value) = values.next() else {
+                    return Some(peer);
+                };
+                if values.next().is_some() {
+                    return None;
+                }
+                parse_node(value.to_str().ok()?.trim())
+            }
+            ForwardedHeader::XForwardedFor => {
+                let mut hops = Vec::new();
+                for line in headers.get_all(X_FORWARDED_FOR) {
+                    for entry in line.to_str().ok()?.split(',') {
+                        hops.push(parse_node(entry.trim()));
+                    }
+                }
+                self.walk(peer, hops)
+            }
+            ForwardedHeader::Forwarded => {
+                let mut hops = Vec::new();
+                for line in headers.get_all(FORWARDED) {
+                    for element in split_unquoted(line.to_str().ok()?, ',') {
+                        hops.push(forwarded_for(element));
+                    }
+                }
+                self.walk(peer, hops)
+            }
+        }
+    }
+
+    /// Walks `hops` (left to right as written) from the right, past trusted proxies.
+    fn walk(&self, peer: IpAddr, hops: Vec<Option<IpAddr>>) -> Option<IpAddr> {
+        let mut client = peer;
+        for hop in hops.into_iter().rev() {
+            client = hop?;
+            if !self.is_trusted(client) {
+                break;
+            }
+        }
+        Some(client)
+    }
+}
+
+impl<B> KeyExtractor<B> for ClientIp {
+    fn extract(&self, req: &Request<B>) -> Option<Key> {
+        self.client_addr(req)
+            .map(|ip| ip_key(ip, self.ipv6_prefix))
+    }
+}
+
+/// An address as proxies write it: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]`,
+/// `[2001:db8::1]:80`. Anything else (`unknown`, `_hidden`, garbage) is `None`.
+fn parse_node(node: &str) -> Option<IpAddr> {
+    if let Ok(ip) = node.parse::<IpAddr>() {
+        return Some(ip.to_canonical());
+    }
+    if let Ok(addr) = node.parse::<SocketAddr>() {
+        return Some(addr.ip().to_canonical());
+    }
+    let inner = node.strip_prefix('[')?.strip_suffix(']')?;
+    inner
+        .parse::<std::net::Ipv6Addr>()
+        .ok()
+        .map(|v6| IpAddr::V6(v6).to_canonical())
+}
+
+/// The `for=` node of one `Forwarded` element, e.g. `for="[2001:db8::1]:80";proto=https`.
+fn forwarded_for(element: &str) -> Option<IpAddr> {
+    let value = split_unquoted(element, ';').into_iter().find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        name.trim().eq_ignore_ascii_case("for").then_some(value.trim())
+    })?;
+    let value = match value.strip_prefix('"') {
+        Some(quoted) => quoted.strip_suffix('"')?,
+        None => value,
+    };
+    parse_node(value)
+}
+
+/// Splits `s` on `separator` outside double-quoted strings (which may contain `\"`).
+fn split_unquoted(s: &str, separator: char) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in s.char_indices() {
+        if escaped {
+            escaped = false;
+        } else if quoted && c == '\\' {
+            escaped = true;
+        } else if c == '"' {
+            quoted = !quoted;
+        } else if c == separator && !quoted {
+            parts.push(&s[start..i]);
+            start = i + c.len_utf8();
+        }
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn headers(name: HeaderName, values: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for v in values {
+            map.append(name.clone(), v.parse().unwrap());
+        }
+        map
+    }
+
+    fn proxies(header: ForwardedHeader) -> ClientIp {
+        ClientIp::new(header)
+            .trust("10.0.0.0/8".parse().unwrap())
+            .trust("2001:db8:ffff::/48".parse().unwrap())
+    }
+
+    #[test]
+    fn x_forwarded_for_walks_right_to_left_across_lines() {
+        let c = proxies(ForwardedHeader::XForwardedFor);
+        let h = headers(X_FORWARDED_FOR, &["1.1.1.1, 2.2.2.2", "10.0.0.5", "10.1.1.1"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("2.2.2.2")));
+        // all trusted: the leftmost
+        let h = headers(X_FORWARDED_FOR, &["10.9.9.9, 10.0.0.5"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("10.9.9.9")));
+        // absent: the proxy itself
+        assert_eq!(c.resolve(ip("10.0.0.1"), &HeaderMap::new()), Some(ip("10.0.0.1")));
+        // garbage in the trusted part of the chain: no key
+        let h = headers(X_FORWARDED_FOR, &["1.1.1.1, unknown, 10.0.0.5"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
+        // garbage left of the client does not matter
+        let h = headers(X_FORWARDED_FOR, &["garbage, 1.1.1.1, 10.0.0.5"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("1.1.1.1")));
+        // ports, brackets and mapped addresses
+        let h = headers(X_FORWARDED_FOR, &["[2001:db8::7]:443, ::ffff:10.0.0.3"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("2001:db8::7")));
+        let h = headers(X_FORWARDED_FOR, &["203.0.113.1:8080"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("203.0.113.1")));
+        // empty entries are not addresses
+        let h = headers(X_FORWARDED_FOR, &["1.1.1.1,,"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
+    }
+
+    #[test]
+    fn untrusted_peers_are_the_client() {
+        let c = proxies(ForwardedHeader::XForwardedFor);
+        let h = headers(X_FORWARDED_FOR, &["1.2.3.4"]);
+        assert_eq!(c.resolve(ip("203.0.113.50"), &h), Some(ip("203.0.113.50")));
+    }
+
+    #[test]
+    fn only_the_configured_header_is_read() {
+        let c = proxies(ForwardedHeader::Forwarded);
+        let h = headers(X_FORWARDED_FOR, &["1.2.3.4"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn forwarded_elements_and_quoting() {
+        let c = proxies(ForwardedHeader::Forwarded);
+        let h = headers(
+            FORWARDED,
+            &[r#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711""#],
+        );
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("2001:db8:cafe::17")));
+        let h = headers(
+            FORWARDED,
+            &[r#"for=192.0.2.60, for="[2001:db8:ffff::1]";host="a,b;c""#, "for=10.0.0.9"],
+        );
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("192.0.2.60")));
+        for bad in ["for=unknown", "for=_hidden", "proto=https", r#"for="[::1"#, "for="] {
+            let h = headers(FORWARDED, &[bad]);
+            assert_eq!(c.resolve(ip("10.0.0.1"), &h), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn x_real_ip_is_one_value() {
+        let c = proxies(ForwardedHeader::XRealIp);
+        let h = headers(X_REAL_IP, &["203.0.113.7"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("203.0.113.7")));
+        let h = headers(X_REAL_IP, &["203.0.113.7", "1.1.1.1"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
+        let h = headers(X_REAL_IP, &["1.1.1.1, 2.2.2.2"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
+    }
+
+    #[test]
+    fn split_unquoted_respects_quotes_and_escapes() {
+        assert_eq!(split_unquoted(r#"a,"b,\"c",d"#, ','), vec!["a", r#""b,\"c""#, "d"]);
+        assert_eq!(split_unquoted("", ','), vec![""]);
+    }
+}

@@ -1,0 +1,297 @@
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use rl_core::{Decision, Key, Quota, Store, StoreError};
+use tower_service::Service;
+
+use super::body::ResponseBody;
+use super::future::ResponseFuture;
+use super::observe::{self, Event};
+use super::response::{self, DenialReason, Denied, PolicyHeaders};
+use super::{Cost, FailureMode, HeaderStyle, MissingKey, QuotaPolicy, Rejection};
+use crate::key::KeyExtractor;
+
+/// The layer's settings that are not type parameters.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) name: Arc<str>,
+    pub(crate) style: HeaderStyle,
+    pub(crate) headers_on_allowed: bool,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) failure: FailureMode,
+    pub(crate) shadow: bool,
+    pub(crate) exempt_preflight: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            name: Arc::from("default"),
+            style: HeaderStyle::default(),
+            headers_on_allowed: true,
+            missing_key: MissingKey::default(),
+            failure: FailureMode::default(),
+            shadow: false,
+            exempt_preflight: true,
+        }
+    }
+}
+
+/// Everything the services made by one `layer` call share.
+pub(crate) struct Shared<K, St, P, C, R> {
+    pub(crate) key: K,
+    pub(crate) store: Arc<St>,
+    pub(crate) policy: P,
+    pub(crate) cost: C,
+    pub(crate) reject: R,
+    pub(crate) config: Config,
+    /// The headers of the policy's fixed quota, formatted on first use.
+    pub(crate) fixed: OnceLock<Option<Arc<PolicyHeaders>>>,
+}
+
+/// What the layer does with a request once the store has decided.
+pub(crate) enum Outcome {
+    /// Call the inner service; add these headers to its response.
+    Allow(Option<(Arc<PolicyHeaders>, rl_core::Info)>),
+    /// Answer with this response; the inner service is not called.
+    Reject(Response<Bytes>),
+}
+
+impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
+    fn policy_headers(&self, quota: Quota, fixed: Option<Quota>) -> Arc<PolicyHeaders> {
+        let cached = self.fixed.get_or_init(|| {
+            fixed.map(|q| Arc::new(PolicyHeaders::new(Arc::clone(&self.config.name), q, self.config.style)))
+        });
+        match cached {
+            Some(headers) if headers.quota == quota => Arc::clone(headers),
+            _ => Arc::new(PolicyHeaders::new(
+                Arc::clone(&self.config.name),
+                quota,
+                self.config.style,
+            )),
+        }
+    }
+
+    /// Turns the store's answer into what to do with the request.
+    pub(crate) fn outcome(
+        &self,
+        result: Result<Decision, StoreError>,
+        key: &Key,
+        quota: Quota,
+        fixed: Option<Quota>,
+        grpc: bool,
+    ) -> Outcome {
+        let config = &self.config;
+        let (info, reason) = match result {
+            Ok(Decision::Allowed(info)) => {
+                observe::count(&config.name, Event::Allowed);
+                let headers = config
+                    .headers_on_allowed
+                    .then(|| (self.policy_headers(quota, fixed), info));
+                return Outcome::Allow(headers);
+            }
+            Ok(Decision::Denied(info)) => (info, DenialReason::RateLimited),
+            Ok(Decision::InsufficientCapacity(info)) => (info, DenialReason::InsufficientCapacity),
+            Err(error) => return self.store_failed(&error, grpc),
+        };
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            limit = %config.name,
+            key = observe::fingerprint(key),
+            shadow = config.shadow,
+            retry_after_ms = info.retry_after().as_millis() as u64,
+            ?reason,
+            "rate limit exceeded"
+        );
+        #[cfg(not(feature = "tracing"))]
+        let _ = key;
+        let headers = self.policy_headers(quota, fixed);
+        if config.shadow {
+            observe::count(&config.name, Event::ShadowDenied);
+            return Outcome::Allow(Some((headers, info)));
+        }
+        observe::count(&config.name, Event::Denied);
+        let denied = Denied {
+            info,
+            quota,
+            name: Arc::clone(&config.name),
+            reason,
+            grpc,
+        };
+        let rejection = self.reject.response(&denied);
+        Outcome::Reject(response::finish_rejection(rejection, denied, &headers))
+    }
+
+    fn store_failed(&self, error: &StoreError, grpc: bool) -> Outcome {
+        observe::count(&self.config.name, Event::StoreError);
+        #[cfg(feature = "tracing")]
+        tracing::warn!(limit = %self.config.name, %error, mode = ?self.config.failure, "rate-limit store failed");
+        #[cfg(not(feature = "tracing"))]
+        let _ = error;
+        match self.config.failure {
+            FailureMode::Open => Outcome::Allow(None),
+            FailureMode::Closed => {
+                let mut response = status_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "The rate limiter is unavailable; retry shortly.",
+                    grpc,
+                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+                Outcome::Reject(response)
+            }
+        }
+    }
+
+    fn missing_key(&self, status: StatusCode, grpc: bool) -> Response<Bytes> {
+        observe::count(&self.config.name, Event::MissingKey);
+        #[cfg(feature = "tracing")]
+        tracing::debug!(limit = %self.config.name, "request has no rate-limit key");
+        status_response(
+            status,
+            "No rate-limit key could be derived from the request.",
+            grpc,
+        )
+    }
+}
+
+/// A response with `status` and a `problem+json` body, or the matching gRPC status.
+fn status_response(status: StatusCode, detail: &'static str, grpc: bool) -> Response<Bytes> {
+    if grpc {
+        return response::grpc_status(response::grpc_code(status), detail);
+    }
+    let body = format!(
+        r#"{{"type":"about:blank","title":"{}","status":{},"detail":"{detail}"}}"#,
+        status.canonical_reason().unwrap_or("Error"),
+        status.as_u16()
+    );
+    response::problem(status, Bytes::from(body))
+}
+
+fn is_grpc<B>(req: &Request<B>) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"))
+}
+
+fn is_preflight<B>(req: &Request<B>) -> bool {
+    req.method() == Method::OPTIONS
+        && req
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+}
+
+/// The rate-limiting service made by [`RateLimitLayer`](super::RateLimitLayer); see the
+/// [module docs](super).
+pub struct RateLimit<S, K, St, P, C, R> {
+    inner: S,
+    shared: Arc<Shared<K, St, P, C, R>>,
+}
+
+impl<S, K, St, P, C, R> RateLimit<S, K, St, P, C, R> {
+    pub(crate) const fn new(inner: S, shared: Arc<Shared<K, St, P, C, R>>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The inner service.
+    pub const fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub const fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, K, St, P, C, R> Clone for RateLimit<S, K, St, P, C, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, St, P, C, R> fmt::Debug for RateLimit<S, K, St, P, C, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B, ResBody, K, St, P, C, R> Service<Request<B>> for RateLimit<S, K, St, P, C, R>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+    ResBody: Send + 'static,
+    K: KeyExtractor<B>,
+    St: Store,
+    P: QuotaPolicy<B>,
+    C: Cost<B>,
+    R: Rejection,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let shared = &*self.shared;
+        let config = &shared.config;
+        if config.exempt_preflight && is_preflight(&req) {
+            return ResponseFuture::inner(self.inner.call(req), None);
+        }
+        let Some(quota) = shared.policy.quota(&req) else {
+            return ResponseFuture::inner(self.inner.call(req), None);
+        };
+        let grpc = is_grpc(&req);
+        let Some(key) = shared.key.extract(&req) else {
+            return match config.missing_key {
+                MissingKey::Skip => ResponseFuture::inner(self.inner.call(req), None),
+                MissingKey::Reject(status) => {
+                    ResponseFuture::ready(shared.missing_key(status, grpc))
+                }
+            };
+        };
+        let cost = shared.cost.cost(&req);
+        let fixed = shared.policy.fixed();
+        if let Some(result) = shared.store.check_ready(&key, &quota, cost) {
+            return match shared.outcome(result, &key, quota, fixed, grpc) {
+                Outcome::Allow(headers) => ResponseFuture::inner(self.inner.call(req), headers),
+                Outcome::Reject(response) => ResponseFuture::ready(response),
+            };
+        }
+        // The store must wait (I/O): decide in a future that owns what it needs. The ready
+        // inner service goes with it; a fresh clone stays (axum's `from_fn` does the same).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        ResponseFuture::boxed(Box::pin(async move {
+            let result = shared.store.check(&key, &quota, cost).await;
+            match shared.outcome(result, &key, quota, fixed, grpc) {
+                Outcome::Allow(headers) => {
+                    let response = inner.call(req).await?;
+                    Ok(super::future::finish(response, headers))
+                }
+                Outcome::Reject(response) => Ok(response.map(ResponseBody::full)),
+            }
+        }))
+    }
+}
