@@ -187,8 +187,7 @@ impl ClientIp {
 
 impl<B> KeyExtractor<B> for ClientIp {
     fn extract(&self, req: &Request<B>) -> Option<Key> {
-        self.client_addr(req)
-            .map(|ip| ip_key(ip, self.ipv6_prefix))
+        self.client_addr(req).map(|ip| ip_key(ip, self.ipv6_prefix))
     }
 }
 
@@ -212,7 +211,9 @@ fn parse_node(node: &str) -> Option<IpAddr> {
 fn forwarded_for(element: &str) -> Option<IpAddr> {
     let value = split_unquoted(element, ';').into_iter().find_map(|pair| {
         let (name, value) = pair.split_once('=')?;
-        name.trim().eq_ignore_ascii_case("for").then_some(value.trim())
+        name.trim()
+            .eq_ignore_ascii_case("for")
+            .then_some(value.trim())
     })?;
     let value = match value.strip_prefix('"') {
         Some(quoted) => quoted.strip_suffix('"')?,
@@ -266,13 +267,19 @@ mod tests {
     #[test]
     fn x_forwarded_for_walks_right_to_left_across_lines() {
         let c = proxies(ForwardedHeader::XForwardedFor);
-        let h = headers(X_FORWARDED_FOR, &["1.1.1.1, 2.2.2.2", "10.0.0.5", "10.1.1.1"]);
+        let h = headers(
+            X_FORWARDED_FOR,
+            &["1.1.1.1, 2.2.2.2", "10.0.0.5", "10.1.1.1"],
+        );
         assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("2.2.2.2")));
         // all trusted: the leftmost
         let h = headers(X_FORWARDED_FOR, &["10.9.9.9, 10.0.0.5"]);
         assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("10.9.9.9")));
         // absent: the proxy itself
-        assert_eq!(c.resolve(ip("10.0.0.1"), &HeaderMap::new()), Some(ip("10.0.0.1")));
+        assert_eq!(
+            c.resolve(ip("10.0.0.1"), &HeaderMap::new()),
+            Some(ip("10.0.0.1"))
+        );
         // garbage in the trusted part of the chain: no key
         let h = headers(X_FORWARDED_FOR, &["1.1.1.1, unknown, 10.0.0.5"]);
         assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
@@ -313,10 +320,19 @@ mod tests {
         assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("2001:db8:cafe::17")));
         let h = headers(
             FORWARDED,
-            &[r#"for=192.0.2.60, for="[2001:db8:ffff::1]";host="a,b;c""#, "for=10.0.0.9"],
+            &[
+                r#"for=192.0.2.60, for="[2001:db8:ffff::1]";host="a,b;c""#,
+                "for=10.0.0.9",
+            ],
         );
         assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("192.0.2.60")));
-        for bad in ["for=unknown", "for=_hidden", "proto=https", r#"for="[::1"#, "for="] {
+        for bad in [
+            "for=unknown",
+            "for=_hidden",
+            "proto=https",
+            r#"for="[::1"#,
+            "for=",
+        ] {
             let h = headers(FORWARDED, &[bad]);
             assert_eq!(c.resolve(ip("10.0.0.1"), &h), None, "{bad}");
         }
@@ -335,7 +351,10 @@ mod tests {
 
     #[test]
     fn split_unquoted_respects_quotes_and_escapes() {
-        assert_eq!(split_unquoted(r#"a,"b,\"c",d"#, ','), vec!["a", r#""b,\"c""#, "d"]);
+        assert_eq!(
+            split_unquoted(r#"a,"b,\"c",d"#, ','),
+            vec!["a", r#""b,\"c""#, "d"]
+        );
         assert_eq!(split_unquoted("", ','), vec![""]);
     }
 }

@@ -1,5 +1,5 @@
-use http::header::HeaderName;
 use http::Request;
+use http::header::HeaderName;
 use rl_core::Key;
 
 use super::KeyExtractor;
@@ -57,10 +57,7 @@ impl Header {
     /// ```
     #[must_use]
     pub fn secret(name: HeaderName) -> Self {
-        Self {
-            name,
-            secret: true,
-        }
+        Self { name, secret: true }
     }
 }
 

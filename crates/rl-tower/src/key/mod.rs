@@ -87,7 +87,11 @@ impl<B> KeyExtractor<B> for Global {
     fn extract(&self, _req: &Request<B>) -> Option<Key> {
         // A digest, so that it can never equal an IP, integer or string key.
         static GLOBAL: std::sync::OnceLock<Key> = std::sync::OnceLock::new();
-        Some(GLOBAL.get_or_init(|| Key::hashed("rl-tower:global")).clone())
+        Some(
+            GLOBAL
+                .get_or_init(|| Key::hashed("rl-tower:global"))
+                .clone(),
+        )
     }
 }
 

@@ -86,9 +86,7 @@ pub(crate) fn ip_key(ip: IpAddr, prefix: u8) -> Key {
     match ip.to_canonical() {
         IpAddr::V4(v4) => Key::from(IpAddr::V4(v4)),
         IpAddr::V6(v6) => {
-            let mask = u128::MAX
-                .checked_shl(128 - u32::from(prefix))
-                .unwrap_or(0);
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
             Key::from(IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask)))
         }
     }

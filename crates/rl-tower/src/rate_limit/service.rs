@@ -63,7 +63,13 @@ pub(crate) enum Outcome {
 impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
     fn policy_headers(&self, quota: Quota, fixed: Option<Quota>) -> Arc<PolicyHeaders> {
         let cached = self.fixed.get_or_init(|| {
-            fixed.map(|q| Arc::new(PolicyHeaders::new(Arc::clone(&self.config.name), q, self.config.style)))
+            fixed.map(|q| {
+                Arc::new(PolicyHeaders::new(
+                    Arc::clone(&self.config.name),
+                    q,
+                    self.config.style,
+                ))
+            })
         });
         match cached {
             Some(headers) if headers.quota == quota => Arc::clone(headers),

@@ -1,0 +1,11 @@
+//! Fuzzes the forwarded-header parsers behind `rl_tower::key::ClientIp`: arbitrary bytes as
+//! `Forwarded`, `X-Forwarded-For` or `X-Real-IP` field lines from a trusted proxy must never
+//! panic, and must never resolve to an address that is neither the peer nor written in them.
+//!
+//! `cargo fuzz run client_ip` (from `fuzz/`; nightly or `RUSTC_BOOTSTRAP=1`). The corpus in
+//! `corpus/client_ip` is replayed on stable by the `tower` integration tests.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let _ = tests::client_ip_case(data);
+});

@@ -1,0 +1,227 @@
+//! Shadow mode, preflights, stacked limits, costs, per-route quotas, custom rejections,
+//! failure modes, and a real server.
+
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use rl_core::{Decision, Key, Quota, Store, StoreError, StoreErrorKind};
+use rl_tower::RateLimitLayer;
+use rl_tower::key::{Global, PeerIp};
+use rl_tower::rate_limit::{Denied, FailureMode, RateLimitInfo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{app, get_from, header, manual_store, send};
+
+#[tokio::test]
+async fn shadow_mode_reports_but_never_rejects() {
+    let (store, _clock) = manual_store();
+    let layer =
+        RateLimitLayer::new(store, Quota::per_minute(1).unwrap(), PeerIp::new()).shadow(true);
+    let app = app().layer(layer);
+    for remaining in ["0", "0", "0"] {
+        let (response, body) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(body, "ok");
+        assert_eq!(header(&response, "x-ratelimit-remaining"), remaining);
+    }
+}
+
+#[tokio::test]
+async fn cors_preflights_are_exempt_unless_configured() {
+    for exempt in [true, false] {
+        let (store, _clock) = manual_store();
+        let layer = RateLimitLayer::new(store, Quota::per_minute(1).unwrap(), PeerIp::new())
+            .exempt_preflight(exempt);
+        let app = app().layer(layer);
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let mut req = get_from(
+                "192.0.2.1:1",
+                "/",
+                &[("access-control-request-method", b"POST")],
+            );
+            *req.method_mut() = Method::OPTIONS;
+            statuses.push(send(&app, req).await.0.status());
+        }
+        let limited = statuses.contains(&StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(limited, !exempt, "{statuses:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_strictest_of_stacked_limits_sets_the_headers() {
+    let (wide_store, _) = manual_store();
+    let (narrow_store, _) = manual_store();
+    let wide = RateLimitLayer::new(wide_store, Quota::per_minute(100).unwrap(), Global)
+        .name("global")
+        .unwrap();
+    let narrow = RateLimitLayer::new(narrow_store, Quota::per_minute(3).unwrap(), PeerIp::new())
+        .name("ip")
+        .unwrap();
+    for app in [
+        app().layer(narrow.clone()).layer(wide.clone()),
+        app().layer(wide).layer(narrow),
+    ] {
+        let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+        assert_eq!(header(&response, "x-ratelimit-limit"), "3");
+        assert_eq!(header(&response, "ratelimit-policy"), r#""ip";q=3;w=60"#);
+        let info = response.extensions().get::<RateLimitInfo>().unwrap();
+        assert_eq!(info.policy_name(), "ip");
+    }
+}
+
+#[tokio::test]
+async fn costs_and_per_route_quotas() {
+    let (store, _clock) = manual_store();
+    let search = Quota::per_minute(2).unwrap();
+    let layer = RateLimitLayer::new(
+        store,
+        Quota::per_minute(10).unwrap(),
+        |req: &Request<Body>| {
+            Some(Key::from(format!(
+                "{}:{}",
+                req.uri().path(),
+                rl_tower::key::peer_addr(req)?.ip()
+            )))
+        },
+    )
+    .quota_by(move |req: &Request<Body>| match req.uri().path() {
+        "/search" => Some(search),
+        _ => Some(Quota::per_minute(10).unwrap()),
+    })
+    .cost_by(|req: &Request<Body>| {
+        if req.headers().contains_key("x-heavy") {
+            4
+        } else {
+            1
+        }
+    });
+    let app = app().layer(layer);
+    let peer = "192.0.2.1:1";
+    // /search: 2 per minute.
+    assert_eq!(
+        send(&app, get_from(peer, "/search", &[])).await.0.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&app, get_from(peer, "/search", &[])).await.0.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&app, get_from(peer, "/search", &[])).await.0.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // /: 10 per minute, heavy requests cost 4.
+    let heavy = [("x-heavy", b"1".as_slice())];
+    let (first, _) = send(&app, get_from(peer, "/", &heavy)).await;
+    assert_eq!(header(&first, "x-ratelimit-remaining"), "6");
+    let (second, _) = send(&app, get_from(peer, "/", &heavy)).await;
+    assert_eq!(header(&second, "x-ratelimit-remaining"), "2");
+    assert_eq!(
+        send(&app, get_from(peer, "/", &heavy)).await.0.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(&app, get_from(peer, "/", &[])).await.0.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_cost_above_the_quota_is_rejected_without_retry_after() {
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::new(store, Quota::per_minute(5).unwrap(), PeerIp::new())
+        .cost_by(|_: &Request<Body>| 6);
+    let app = app().layer(layer);
+    let (response, body) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(response.headers().get("retry-after").is_none());
+    assert!(String::from_utf8_lossy(&body).contains("retrying will not help"));
+}
+
+#[tokio::test]
+async fn a_custom_rejection_gets_the_standard_headers() {
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::new(store, Quota::per_minute(1).unwrap(), PeerIp::new())
+        .reject_with(|denied: &Denied| {
+            let body = format!("slow down, {} s", denied.retry_after_secs());
+            let mut response = Response::new(Bytes::from(body));
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            response
+        });
+    let app = app().layer(layer);
+    send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+    let (response, body) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body, "slow down, 60 s");
+    assert_eq!(header(&response, "retry-after"), "60");
+    assert!(response.extensions().get::<Denied>().is_some());
+}
+
+/// A store that always fails, to check the failure modes.
+#[derive(Clone)]
+struct Broken;
+
+impl Store for Broken {
+    async fn check(&self, _: &Key, _: &Quota, _: u32) -> Result<Decision, StoreError> {
+        Err(StoreError::new(StoreErrorKind::Connection))
+    }
+    async fn peek(&self, _: &Key, _: &Quota) -> Result<Decision, StoreError> {
+        Err(StoreError::new(StoreErrorKind::Connection))
+    }
+    async fn reset(&self, _: &Key, _: &Quota) -> Result<(), StoreError> {
+        Err(StoreError::new(StoreErrorKind::Connection))
+    }
+}
+
+#[tokio::test]
+async fn store_failures_follow_the_failure_mode() {
+    for (mode, expected) in [
+        (FailureMode::Open, StatusCode::OK),
+        (FailureMode::Closed, StatusCode::SERVICE_UNAVAILABLE),
+    ] {
+        let layer = RateLimitLayer::new(Broken, Quota::per_minute(1).unwrap(), PeerIp::new())
+            .on_store_error(mode);
+        let app = app().layer(layer);
+        for _ in 0..3 {
+            let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+            assert_eq!(response.status(), expected);
+            if expected == StatusCode::SERVICE_UNAVAILABLE {
+                assert_eq!(header(&response, "retry-after"), "1");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_connection_of_a_real_server_shares_one_store() {
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::new(store, Quota::per_minute(3).unwrap(), PeerIp::new());
+    let app = app().layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        // A new connection each time.
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        statuses.push(response.split(' ').nth(1).unwrap().to_owned());
+    }
+    assert_eq!(statuses, ["200", "200", "200", "429", "429"]);
+    server.abort();
+}

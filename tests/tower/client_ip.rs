@@ -1,0 +1,178 @@
+//! Client IPs behind proxies, and header values that must never panic.
+
+use http::StatusCode;
+use rl_core::Quota;
+use rl_tower::RateLimitLayer;
+use rl_tower::key::{ClientIp, ForwardedHeader, Header, PeerIp};
+use rl_tower::rate_limit::MissingKey;
+
+use crate::support::{app, get_from, manual_store, send};
+
+fn behind_proxies(header: ForwardedHeader) -> axum::Router {
+    let (store, _clock) = manual_store();
+    let client_ip = ClientIp::new(header).trust("10.0.0.0/8".parse().unwrap());
+    app().layer(RateLimitLayer::new(
+        store,
+        Quota::per_minute(2).unwrap(),
+        client_ip,
+    ))
+}
+
+#[tokio::test]
+async fn spoofed_x_forwarded_for_from_an_untrusted_peer_is_ignored() {
+    let app = behind_proxies(ForwardedHeader::XForwardedFor);
+    let mut statuses = Vec::new();
+    for i in 0..4 {
+        // A fresh forged client address on every request, straight from the internet.
+        let spoof = format!("1.2.3.{i}");
+        let req = get_from(
+            "203.0.113.5:5000",
+            "/",
+            &[("x-forwarded-for", spoof.as_bytes())],
+        );
+        statuses.push(send(&app, req).await.0.status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_trusted_chain_resolves_to_the_rightmost_untrusted_address() {
+    for (header, value) in [
+        (ForwardedHeader::XForwardedFor, "x-forwarded-for"),
+        (ForwardedHeader::Forwarded, "forwarded"),
+    ] {
+        let app = behind_proxies(header);
+        let chain = |leftmost: &str, client: &str| match header {
+            ForwardedHeader::Forwarded => {
+                format!("for={leftmost}, for=\"{client}:1234\";proto=https, for=10.0.0.2")
+            }
+            _ => format!("{leftmost}, {client}, 10.0.0.2"),
+        };
+        let mut statuses = Vec::new();
+        for i in 0..3 {
+            // The client forges the leftmost entry each time; our proxies append the truth.
+            let forged = format!("6.6.6.{i}");
+            let xff = chain(&forged, "198.51.100.7");
+            let req = get_from("10.0.0.1:443", "/", &[(value, xff.as_bytes())]);
+            statuses.push(send(&app, req).await.0.status());
+        }
+        assert_eq!(
+            statuses,
+            [
+                StatusCode::OK,
+                StatusCode::OK,
+                StatusCode::TOO_MANY_REQUESTS
+            ],
+            "{header:?}"
+        );
+        // Another client behind the same proxies has its own bucket.
+        let xff = chain("6.6.6.6", "198.51.100.8");
+        let req = get_from("10.0.0.1:443", "/", &[(value, xff.as_bytes())]);
+        assert_eq!(send(&app, req).await.0.status(), StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn hostile_header_values_never_panic() {
+    let big = vec![b'1'; 64 * 1024];
+    let big_list = "9.9.9.9, ".repeat(7_000);
+    let values: Vec<&[u8]> = vec![
+        b"",
+        b" ",
+        b",,,,",
+        b"\xff\xfe\xfd",
+        b"for=\"[::1",
+        b"for=\"\\\"",
+        &big,
+        big_list.as_bytes(),
+        b"unknown",
+        b"999.999.999.999",
+        b"[::ffff:10.0.0.1]:99999",
+    ];
+    let (store, _clock) = manual_store();
+    let layers = [
+        ForwardedHeader::Forwarded,
+        ForwardedHeader::XForwardedFor,
+        ForwardedHeader::XRealIp,
+    ];
+    for kind in layers {
+        let client_ip = ClientIp::new(kind).trust("0.0.0.0/0".parse().unwrap());
+        let app = app().layer(
+            RateLimitLayer::new(store.clone(), Quota::per_second(1_000).unwrap(), client_ip)
+                .on_missing_key(MissingKey::Reject(StatusCode::BAD_REQUEST)),
+        );
+        for name in ["forwarded", "x-forwarded-for", "x-real-ip", "x-api-key"] {
+            for value in &values {
+                for copies in [1, 2] {
+                    let headers: Vec<(&str, &[u8])> = vec![(name, *value); copies];
+                    let (response, _) = send(&app, get_from("10.1.2.3:1", "/", &headers)).await;
+                    assert!(
+                        matches!(response.status(), StatusCode::OK | StatusCode::BAD_REQUEST),
+                        "{kind:?} {name} {:?}: {}",
+                        String::from_utf8_lossy(&value[..value.len().min(20)]),
+                        response.status()
+                    );
+                }
+            }
+        }
+    }
+    // The header extractor too.
+    let app = app().layer(RateLimitLayer::new(
+        store,
+        Quota::per_second(1_000).unwrap(),
+        Header::secret(http::HeaderName::from_static("x-api-key")),
+    ));
+    for value in &values {
+        let (response, _) = send(&app, get_from("10.1.2.3:1", "/", &[("x-api-key", value)])).await;
+        let expected = if value.is_empty() {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::OK
+        };
+        assert_eq!(response.status(), expected);
+    }
+}
+
+#[tokio::test]
+async fn a_request_without_connect_info_gets_the_configured_outcome() {
+    let request = || {
+        http::Request::get("/")
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+    for (missing, expected) in [
+        (None, StatusCode::BAD_REQUEST),
+        (
+            Some(MissingKey::Reject(StatusCode::INTERNAL_SERVER_ERROR)),
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ),
+        (Some(MissingKey::Skip), StatusCode::OK),
+    ] {
+        let (store, _clock) = manual_store();
+        let mut layer =
+            RateLimitLayer::new(store.clone(), Quota::per_second(1).unwrap(), PeerIp::new());
+        if let Some(missing) = missing {
+            layer = layer.on_missing_key(missing);
+        }
+        let app = app().layer(layer);
+        for _ in 0..3 {
+            let (response, body) = send(&app, request()).await;
+            assert_eq!(response.status(), expected);
+            if expected != StatusCode::OK {
+                let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(problem["status"], expected.as_u16());
+                assert!(problem["detail"].as_str().unwrap().contains("key"));
+            }
+        }
+        // Never a shared bucket: nothing was counted.
+        assert!(store.is_empty());
+    }
+}
