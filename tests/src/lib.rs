@@ -13,9 +13,7 @@ use rl_tower::key::{ClientIp, ForwardedHeader};
 /// Returns the client address `ClientIp` resolved. Panics (failing the fuzz target or the
 /// replay test) if that address is neither the peer nor one written in the header.
 pub fn client_ip_case(data: &[u8]) -> Option<IpAddr> {
-    let Some((&selector, rest)) = data.split_first() else {
-        return None;
-    };
+    let (&selector, rest) = data.split_first()?;
     let (kind, name) = match selector % 3 {
         0 => (ForwardedHeader::Forwarded, "forwarded"),
         1 => (ForwardedHeader::XForwardedFor, "x-forwarded-for"),

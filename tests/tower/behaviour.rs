@@ -9,7 +9,7 @@ use http::{Method, Request, Response, StatusCode};
 use rl_core::{Decision, Key, Quota, Store, StoreError, StoreErrorKind};
 use rl_tower::RateLimitLayer;
 use rl_tower::key::{Global, PeerIp};
-use rl_tower::rate_limit::{Denied, FailureMode, RateLimitInfo};
+use rl_tower::rate_limit::{Denied, FailureMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{app, get_from, header, manual_store, send};
@@ -52,23 +52,33 @@ async fn cors_preflights_are_exempt_unless_configured() {
 
 #[tokio::test]
 async fn the_strictest_of_stacked_limits_sets_the_headers() {
-    let (wide_store, _) = manual_store();
-    let (narrow_store, _) = manual_store();
-    let wide = RateLimitLayer::new(wide_store, Quota::per_minute(100).unwrap(), Global)
-        .name("global")
-        .unwrap();
-    let narrow = RateLimitLayer::new(narrow_store, Quota::per_minute(3).unwrap(), PeerIp::new())
-        .name("ip")
-        .unwrap();
-    for app in [
-        app().layer(narrow.clone()).layer(wide.clone()),
-        app().layer(wide).layer(narrow),
-    ] {
+    let layers = || {
+        let (wide_store, _) = manual_store();
+        let (narrow_store, _) = manual_store();
+        let wide = RateLimitLayer::new(wide_store, Quota::per_minute(100).unwrap(), Global)
+            .name("global")
+            .unwrap();
+        let narrow =
+            RateLimitLayer::new(narrow_store, Quota::per_minute(3).unwrap(), PeerIp::new())
+                .name("ip")
+                .unwrap();
+        (wide, narrow)
+    };
+    let (wide, narrow) = layers();
+    let narrow_inside = app().layer(narrow).layer(wide);
+    let (wide, narrow) = layers();
+    let narrow_outside = app().layer(wide).layer(narrow);
+    for app in [narrow_inside, narrow_outside] {
+        for remaining in ["2", "1", "0"] {
+            let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(header(&response, "x-ratelimit-limit"), "3");
+            assert_eq!(header(&response, "x-ratelimit-remaining"), remaining);
+            assert_eq!(header(&response, "ratelimit-policy"), r#""ip";q=3;w=60"#);
+        }
         let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
-        assert_eq!(header(&response, "x-ratelimit-limit"), "3");
-        assert_eq!(header(&response, "ratelimit-policy"), r#""ip";q=3;w=60"#);
-        let info = response.extensions().get::<RateLimitInfo>().unwrap();
-        assert_eq!(info.policy_name(), "ip");
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&response, "ratelimit"), r#""ip";r=0;t=20"#);
     }
 }
 

@@ -1,4 +1,5 @@
 //! The tower layer through real axum routers, tonic servers and raw TCP.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod behaviour;
 mod client_ip;

@@ -61,7 +61,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
 pub(crate) fn finish<B>(response: Response<B>, headers: Headers) -> Response<ResponseBody<B>> {
     let (mut parts, body) = response.into_parts();
     if let Some((policy, info)) = headers {
-        policy.apply(&mut parts.headers, &mut parts.extensions, &info);
+        policy.apply(&mut parts.headers, &info);
     }
     Response::from_parts(parts, ResponseBody::inner(body))
 }

@@ -64,7 +64,7 @@ use rl_core::Quota;
 
 pub use body::ResponseBody;
 pub use layer::{InvalidPolicyName, RateLimitLayer};
-pub use response::{DefaultRejection, DenialReason, Denied, RateLimitInfo, Rejection};
+pub use response::{DefaultRejection, DenialReason, Denied, Rejection};
 pub use service::RateLimit;
 
 /// Which rate-limit header fields responses carry.

@@ -1,11 +1,12 @@
 //! Rejections, and the rate-limit headers every response carries.
 
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{CONTENT_TYPE, HeaderName, RETRY_AFTER};
-use http::{Extensions, HeaderMap, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use rl_core::{Info, Quota};
 
 use super::HeaderStyle;
@@ -166,6 +167,7 @@ impl Rejection for DefaultRejection {
 pub(crate) fn grpc_status(code: u8, message: &'static str) -> Response<Bytes> {
     let mut response = Response::new(Bytes::new());
     let headers = response.headers_mut();
+    headers.reserve(REJECTION_HEADERS);
     headers.insert(CONTENT_TYPE, GRPC);
     headers.insert(GRPC_STATUS, HeaderValue::from(u16::from(code)));
     headers.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
@@ -176,9 +178,14 @@ pub(crate) fn grpc_status(code: u8, message: &'static str) -> Response<Bytes> {
 pub(crate) fn problem(status: StatusCode, body: Bytes) -> Response<Bytes> {
     let mut response = Response::new(body);
     *response.status_mut() = status;
+    // Room for every header a rejection gets, so the map is allocated once.
+    response.headers_mut().reserve(REJECTION_HEADERS);
     response.headers_mut().insert(CONTENT_TYPE, PROBLEM_JSON);
     response
 }
+
+/// Content type (and gRPC status and message), Retry-After, and the five rate-limit fields.
+const REJECTION_HEADERS: usize = 9;
 
 /// The gRPC status code closest to an HTTP status, for rejections of gRPC calls.
 pub(crate) const fn grpc_code(status: StatusCode) -> u8 {
@@ -192,47 +199,9 @@ pub(crate) const fn grpc_code(status: StatusCode) -> u8 {
     }
 }
 
-/// The decision figures of the strictest rate limit applied to a response, in its extensions.
-///
-/// ```
-/// use rl_tower::rate_limit::RateLimitInfo;
-/// # fn show(response: &http::Response<()>) {
-/// if let Some(limit) = response.extensions().get::<RateLimitInfo>() {
-///     println!("{}: {} left", limit.policy_name(), limit.info().remaining());
-/// }
-/// # }
-/// ```
-#[derive(Clone, Debug)]
-pub struct RateLimitInfo {
-    name: Arc<str>,
-    quota: Quota,
-    info: Info,
-}
-
-impl RateLimitInfo {
-    /// The limit's policy name.
-    #[must_use]
-    pub fn policy_name(&self) -> &str {
-        &self.name
-    }
-
-    /// The quota applied.
-    #[must_use]
-    pub const fn quota(&self) -> &Quota {
-        &self.quota
-    }
-
-    /// The decision's figures.
-    #[must_use]
-    pub const fn info(&self) -> &Info {
-        &self.info
-    }
-}
-
 /// The header values of one (policy name, quota), formatted once.
 #[derive(Debug)]
 pub(crate) struct PolicyHeaders {
-    pub(crate) name: Arc<str>,
     pub(crate) quota: Quota,
     style: HeaderStyle,
     /// `"name";q=100;w=60`
@@ -256,27 +225,19 @@ impl PolicyHeaders {
         let ratelimit_prefix = Bytes::from(format!("\"{name}\";r="));
         Self {
             policy: HeaderValue::try_from(policy).unwrap_or(HeaderValue::from_static("")),
-            limit: HeaderValue::from(limit),
+            limit: number(limit),
             ratelimit_prefix,
-            name,
             quota,
             style,
         }
     }
 
-    /// Writes the headers for `info` unless a stricter limit already wrote them, and records
-    /// the decision in the extensions.
-    pub(crate) fn apply(&self, headers: &mut HeaderMap, extensions: &mut Extensions, info: &Info) {
-        if let Some(previous) = extensions.get::<RateLimitInfo>()
-            && previous.info.remaining() <= info.remaining()
-        {
+    /// Writes the headers for `info`, unless a stricter limit (an inner layer's, with fewer
+    /// remaining) already wrote them.
+    pub(crate) fn apply(&self, headers: &mut HeaderMap, info: &Info) {
+        if written_remaining(headers).is_some_and(|previous| previous <= info.remaining()) {
             return;
         }
-        extensions.insert(RateLimitInfo {
-            name: Arc::clone(&self.name),
-            quota: self.quota,
-            info: *info,
-        });
         let denied = !info.retry_after().is_zero();
         if matches!(self.style, HeaderStyle::Ietf | HeaderStyle::Both) {
             let until = if denied {
@@ -284,26 +245,109 @@ impl PolicyHeaders {
             } else {
                 info.reset_after()
             };
-            let mut value = BytesMut::with_capacity(self.ratelimit_prefix.len() + 24);
-            value.put_slice(&self.ratelimit_prefix);
-            value.put_slice(itoa::Buffer::new().format(info.remaining()).as_bytes());
-            value.put_slice(b";t=");
-            value.put_slice(itoa::Buffer::new().format(ceil_secs(until)).as_bytes());
-            if let Ok(value) = HeaderValue::from_maybe_shared(value.freeze()) {
-                headers.insert(RATELIMIT, value);
-            }
+            headers.insert(
+                RATELIMIT,
+                self.ratelimit(info.remaining(), ceil_secs(until)),
+            );
             headers.insert(RATELIMIT_POLICY, self.policy.clone());
         }
         if matches!(self.style, HeaderStyle::XRateLimit | HeaderStyle::Both) {
-            let reset_at = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default()
-                .saturating_add(info.reset_after());
             headers.insert(X_LIMIT, self.limit.clone());
-            headers.insert(X_REMAINING, HeaderValue::from(info.remaining()));
-            headers.insert(X_RESET, HeaderValue::from(ceil_secs(reset_at)));
+            headers.insert(X_REMAINING, number(info.remaining()));
+            headers.insert(X_RESET, reset_at(info.reset_after()));
         }
     }
+
+    /// `"name";r=REMAINING;t=SECONDS`, from a per-thread cache of the last value: under a
+    /// flood of denials every response carries the same one.
+    fn ratelimit(&self, remaining: u64, secs: u64) -> HeaderValue {
+        thread_local! {
+            static LAST: RefCell<Option<(usize, u64, u64, HeaderValue)>> = const { RefCell::new(None) };
+        }
+        let id = self.ratelimit_prefix.as_ptr() as usize;
+        LAST.with_borrow_mut(|last| {
+            if let Some((i, r, t, value)) = last.as_ref()
+                && (*i, *r, *t) == (id, remaining, secs)
+            {
+                return value.clone();
+            }
+            let mut value = BytesMut::with_capacity(self.ratelimit_prefix.len() + 24);
+            value.put_slice(&self.ratelimit_prefix);
+            value.put_slice(itoa::Buffer::new().format(remaining).as_bytes());
+            value.put_slice(b";t=");
+            value.put_slice(itoa::Buffer::new().format(secs).as_bytes());
+            let value = HeaderValue::from_maybe_shared(value.freeze())
+                .unwrap_or(HeaderValue::from_static(""));
+            *last = Some((id, remaining, secs, value.clone()));
+            value
+        })
+    }
+}
+
+/// The remaining count an inner rate-limit layer already wrote, if any.
+fn written_remaining(headers: &HeaderMap) -> Option<u64> {
+    if let Some(value) = headers.get(X_REMAINING) {
+        return value.to_str().ok()?.parse().ok();
+    }
+    let field = headers.get(RATELIMIT)?.to_str().ok()?;
+    let r = field
+        .split(';')
+        .find_map(|param| param.trim().strip_prefix("r="))?;
+    r.parse().ok()
+}
+
+/// Numbers below this are formatted once per process and never allocate again.
+const SMALL_NUMBERS: u64 = 1_024;
+
+/// A header value for `n`; small ones come from a table built once.
+fn number(n: u64) -> HeaderValue {
+    static TABLE: OnceLock<Vec<HeaderValue>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        // One string holding "0", "1", ..., "1023", leaked once: static header values clone
+        // without touching a reference count.
+        let mut all = String::new();
+        let mut ends = Vec::new();
+        for i in 0..SMALL_NUMBERS {
+            all.push_str(itoa::Buffer::new().format(i));
+            ends.push(all.len());
+        }
+        let all: &'static str = Box::leak(all.into_boxed_str());
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let value = HeaderValue::from_static(&all[start..end]);
+                start = end;
+                value
+            })
+            .collect()
+    });
+    usize::try_from(n)
+        .ok()
+        .and_then(|i| table.get(i))
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(n))
+}
+
+/// `X-RateLimit-Reset`: the UNIX time, in seconds rounded up, `after` from now; formatted at
+/// most once per second per thread.
+fn reset_at(after: Duration) -> HeaderValue {
+    thread_local! {
+        static LAST: RefCell<(u64, Option<HeaderValue>)> = const { RefCell::new((0, None)) };
+    }
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_add(after);
+    let secs = ceil_secs(at);
+    LAST.with_borrow_mut(|(last, value)| match value {
+        Some(value) if *last == secs => value.clone(),
+        _ => {
+            let fresh = HeaderValue::from(secs);
+            *last = secs;
+            *value = Some(fresh.clone());
+            fresh
+        }
+    })
 }
 
 /// Adds `Retry-After` (for a rate-limited denial) and the rate-limit headers to a rejection.
@@ -316,9 +360,9 @@ pub(crate) fn finish_rejection(
     if denied.reason == DenialReason::RateLimited && !parts.headers.contains_key(RETRY_AFTER) {
         parts
             .headers
-            .insert(RETRY_AFTER, HeaderValue::from(denied.retry_after_secs()));
+            .insert(RETRY_AFTER, number(denied.retry_after_secs()));
     }
-    policy.apply(&mut parts.headers, &mut parts.extensions, &denied.info);
+    policy.apply(&mut parts.headers, &denied.info);
     parts.extensions.insert(denied);
     Response::from_parts(parts, body)
 }

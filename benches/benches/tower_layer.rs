@@ -1,0 +1,90 @@
+//! Time a request spends in the rate-limit layer (memory store, per-IP key) against the bare
+//! service and against `tower_governor` configured the same (same rate, burst and key, rate
+//! headers on), in one run: once with a limit nothing hits, once with every request rejected.
+//!
+//! `cargo bench -p benches --bench tower_layer`
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use criterion::{Criterion, criterion_group, criterion_main};
+use http::{Request, Response};
+use rl_tower::key::PeerIp;
+use rl_tower::{MemoryStore, Quota, RateLimitLayer};
+use tower::{Layer, Service, service_fn};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+
+fn request() -> Request<Body> {
+    let mut req = Request::get("/")
+        .body(Body::empty())
+        .expect("valid request");
+    let addr: SocketAddr = "203.0.113.9:40000".parse().expect("valid address");
+    req.extensions_mut().insert(ConnectInfo(addr));
+    req
+}
+
+/// Drives a service whose future completes at once (all of these do), without a runtime.
+fn call_now<S, RB>(service: &mut S) -> bool
+where
+    S: Service<Request<Body>, Response = Response<RB>>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(service.poll_ready(&mut cx).is_ready());
+    let future = pin!(service.call(request()));
+    match future.poll(&mut cx) {
+        Poll::Ready(Ok(response)) => response.status().is_success(),
+        _ => panic!("the service did not answer at once"),
+    }
+}
+fn handler() -> impl Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Body>, Infallible>>,
+> + Clone {
+    service_fn(|_req: Request<Body>| async { Ok(Response::new(Body::empty())) })
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("layer");
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(3));
+
+    let mut bare = handler();
+    group.bench_function("bare", |b| b.iter(|| call_now(&mut bare)));
+
+    // (rate per second, burst): nothing is rejected / everything after the first is rejected.
+    for (case, per_second, burst) in [("allowed", 1_000_000u32, 1_000_000u32), ("rejected", 1, 1)] {
+        let quota = Quota::per_second(per_second)
+            .and_then(|q| q.with_burst(burst))
+            .expect("valid quota");
+        let ours = RateLimitLayer::new(MemoryStore::new(), quota, PeerIp::new());
+        let mut ours = ours.layer(handler());
+        let config = GovernorConfigBuilder::default()
+            .period(Duration::from_secs(1) / per_second)
+            .burst_size(burst)
+            .use_headers()
+            .finish()
+            .expect("valid governor config");
+        let mut theirs = GovernorLayer::new(config).layer(handler());
+        let expect_ok = case == "allowed";
+        assert!(call_now(&mut ours) && call_now(&mut theirs));
+        assert_eq!(call_now(&mut ours), expect_ok);
+        assert_eq!(call_now(&mut theirs), expect_ok);
+        group.bench_function(format!("{case}/rl"), |b| b.iter(|| call_now(&mut ours)));
+        group.bench_function(format!("{case}/tower_governor"), |b| {
+            b.iter(|| call_now(&mut theirs));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,60 @@
+//! The server `benches/scripts/http_throughput.sh` loads with `wrk`: one axum route on one
+//! worker thread, bare or behind a rate limit (rl or tower_governor), with a limit nothing hits
+//! or one that rejects everything.
+//!
+//! `http_server MODE ADDR`, MODE one of `bare`, `rl-allow`, `rl-reject`, `governor-allow`,
+//! `governor-reject`; prints `listening on http://ADDR` when ready.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use rl_tower::key::PeerIp;
+use rl_tower::{MemoryStore, Quota, RateLimitLayer};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+
+fn rl(per_second: u32, burst: u32) -> RateLimitLayer<PeerIp, MemoryStore> {
+    let quota = Quota::per_second(per_second)
+        .and_then(|q| q.with_burst(burst))
+        .expect("valid quota");
+    RateLimitLayer::new(MemoryStore::new(), quota, PeerIp::new())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_default();
+    let addr = args.next().unwrap_or_else(|| "127.0.0.1:0".to_owned());
+    let app = Router::new().route("/", get(|| async { "hello" }));
+    let governor = |per_second: u32, burst: u32| {
+        let config = GovernorConfigBuilder::default()
+            .period(Duration::from_secs(1) / per_second)
+            .burst_size(burst)
+            .use_headers()
+            .finish()
+            .expect("valid governor config");
+        GovernorLayer::new(config)
+    };
+    let app = match mode.as_str() {
+        "bare" => app,
+        "rl-allow" => app.layer(rl(1_000_000, 1_000_000)),
+        "rl-reject" => app.layer(rl(1, 1)),
+        "governor-allow" => app.layer(governor(1_000_000, 1_000_000)),
+        "governor-reject" => app.layer(governor(1, 1)),
+        other => return Err(format!("unknown mode {other:?}").into()),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        println!("listening on http://{}", listener.local_addr()?);
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await?;
+        Ok(())
+    })
+}
