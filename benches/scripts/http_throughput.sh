@@ -12,7 +12,8 @@ server=target/release/http_server
 log=$(mktemp)
 trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
 declare -A rps
-for mode in bare rl-allow governor-allow rl-reject governor-reject; do
+modes="bare rl-allow governor-allow rl-allow-x rl-allow-noheaders governor-allow-noheaders rl-reject governor-reject"
+for mode in $modes; do
   "$server" "$mode" 127.0.0.1:0 >"$log" &
   pid=$!
   for _ in $(seq 100); do grep -q listening "$log" && break; sleep 0.1; done
@@ -22,7 +23,7 @@ for mode in bare rl-allow governor-allow rl-reject governor-reject; do
   kill $pid; wait $pid 2>/dev/null || true
 done
 printf '| server | requests/s | ratio to bare |\n|---|---:|---:|\n'
-for mode in bare rl-allow governor-allow rl-reject governor-reject; do
+for mode in $modes; do
   ratio=$(awk -v a="${rps[$mode]}" -v b="${rps[bare]}" 'BEGIN { printf "%.2f", a / b }')
   printf '| %s | %.0f | %s |\n' "$mode" "${rps[$mode]}" "$ratio"
 done

@@ -2,8 +2,11 @@
 //! worker thread, bare or behind a rate limit (rl or tower_governor), with a limit nothing hits
 //! or one that rejects everything.
 //!
-//! `http_server MODE ADDR`, MODE one of `bare`, `rl-allow`, `rl-reject`, `governor-allow`,
-//! `governor-reject`; prints `listening on http://ADDR` when ready.
+//! `http_server MODE ADDR`; prints `listening on http://ADDR` when ready. MODE is `bare`, or
+//! `rl-` / `governor-` followed by `allow` (a limit nothing hits) or `reject` (everything is
+//! rejected), with rate-limit headers on admitted responses: rl's default (IETF and
+//! X-RateLimit fields) and governor's `use_headers`; `-x` (rl: X-RateLimit fields only, as
+//! governor sends), and `-noheaders` (rl: `headers_on_allowed(false)`; governor: its default).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,6 +14,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use rl_tower::key::PeerIp;
+use rl_tower::rate_limit::HeaderStyle;
 use rl_tower::{MemoryStore, Quota, RateLimitLayer};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -27,21 +31,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mode = args.next().unwrap_or_default();
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:0".to_owned());
     let app = Router::new().route("/", get(|| async { "hello" }));
-    let governor = |per_second: u32, burst: u32| {
-        let config = GovernorConfigBuilder::default()
-            .period(Duration::from_secs(1) / per_second)
-            .burst_size(burst)
-            .use_headers()
-            .finish()
-            .expect("valid governor config");
-        GovernorLayer::new(config)
-    };
+    let period = |per_second: u32| Duration::from_secs(1) / per_second;
+    let many = (1_000_000, 1_000_000);
     let app = match mode.as_str() {
         "bare" => app,
-        "rl-allow" => app.layer(rl(1_000_000, 1_000_000)),
+        "rl-allow" => app.layer(rl(many.0, many.1)),
+        "rl-allow-x" => app.layer(rl(many.0, many.1).headers(HeaderStyle::XRateLimit)),
+        "rl-allow-noheaders" => app.layer(rl(many.0, many.1).headers_on_allowed(false)),
         "rl-reject" => app.layer(rl(1, 1)),
-        "governor-allow" => app.layer(governor(1_000_000, 1_000_000)),
-        "governor-reject" => app.layer(governor(1, 1)),
+        "governor-allow" => {
+            let config = GovernorConfigBuilder::default()
+                .period(period(many.0))
+                .burst_size(many.1)
+                .use_headers()
+                .finish();
+            app.layer(GovernorLayer::new(config.ok_or("invalid governor config")?))
+        }
+        "governor-allow-noheaders" => {
+            let config = GovernorConfigBuilder::default()
+                .period(period(many.0))
+                .burst_size(many.1)
+                .finish();
+            app.layer(GovernorLayer::new(config.ok_or("invalid governor config")?))
+        }
+        "governor-reject" => {
+            let config = GovernorConfigBuilder::default()
+                .period(period(1))
+                .burst_size(1)
+                .use_headers()
+                .finish();
+            app.layer(GovernorLayer::new(config.ok_or("invalid governor config")?))
+        }
         other => return Err(format!("unknown mode {other:?}").into()),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -22,7 +22,7 @@ const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 const GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
 
-const QUOTA_EXCEEDED: &[u8] = br#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"The request exceeds the rate limit; retry after the number of seconds in Retry-After."}"#;
+const QUOTA_EXCEEDED: &[u8] = br#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429}"#;
 const COST_EXCEEDS_LIMIT: &[u8] = br#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"The request costs more than the rate limit admits at once; retrying will not help."}"#;
 
 /// Why a request was rejected.
@@ -40,8 +40,7 @@ pub enum DenialReason {
     InsufficientCapacity,
 }
 
-/// A rejected request: what a [`Rejection`] turns into a response. Also put in the rejection
-/// response's extensions.
+/// A rejected request: what a [`Rejection`] turns into a response.
 ///
 /// ```
 /// use rl_tower::rate_limit::{DenialReason, Denied};
@@ -102,7 +101,7 @@ impl Denied {
 /// `Fn(&Denied) -> Response<Bytes>` implement it.
 ///
 /// The layer adds `Retry-After` and the rate-limit headers to the response unless it set them
-/// itself, and puts the [`Denied`] in its extensions.
+/// itself.
 ///
 /// ```
 /// use bytes::Bytes;
@@ -131,9 +130,10 @@ where
     }
 }
 
-/// The default rejection: `429` with an `application/problem+json` body (type
-/// `quota-exceeded`), or for gRPC a `200` carrying `grpc-status: 8` (`RESOURCE_EXHAUSTED`).
-/// Every body is a constant: nothing is formatted or allocated for it.
+/// The default rejection: `429` with an `application/problem+json` body (the registered problem
+/// type `quota-exceeded`; the wait is in `Retry-After`), or for gRPC a `200` carrying
+/// `grpc-status: 8` (`RESOURCE_EXHAUSTED`). Every body is a constant: nothing is formatted or
+/// allocated for it.
 ///
 /// ```
 /// use rl_tower::rate_limit::DefaultRejection;
@@ -353,7 +353,7 @@ fn reset_at(after: Duration) -> HeaderValue {
 /// Adds `Retry-After` (for a rate-limited denial) and the rate-limit headers to a rejection.
 pub(crate) fn finish_rejection(
     response: Response<Bytes>,
-    denied: Denied,
+    denied: &Denied,
     policy: &PolicyHeaders,
 ) -> Response<Bytes> {
     let (mut parts, body) = response.into_parts();
@@ -363,7 +363,6 @@ pub(crate) fn finish_rejection(
             .insert(RETRY_AFTER, number(denied.retry_after_secs()));
     }
     policy.apply(&mut parts.headers, &denied.info);
-    parts.extensions.insert(denied);
     Response::from_parts(parts, body)
 }
 

@@ -128,7 +128,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             grpc,
         };
         let rejection = self.reject.response(&denied);
-        Outcome::Reject(response::finish_rejection(rejection, denied, &headers))
+        Outcome::Reject(response::finish_rejection(rejection, &denied, &headers))
     }
 
     fn store_failed(&self, error: &StoreError, grpc: bool) -> Outcome {
