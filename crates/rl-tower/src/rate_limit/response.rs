@@ -34,7 +34,7 @@ const COST_EXCEEDS_LIMIT: &[u8] = br#"{"type":"https://iana.org/assignments/http
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DenialReason {
-    /// The key is over its quota; it may retry after [`Denied::retry_after`].
+    /// The key is over its quota; it may retry after [`Denied::retry_after_secs`].
     RateLimited,
     /// The request costs more than the quota admits at once: retrying never helps.
     InsufficientCapacity,
