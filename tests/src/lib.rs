@@ -63,3 +63,89 @@ fn mapped_written(written: &str, client: IpAddr) -> bool {
                     .is_ok_and(|ip| ip.to_canonical() == client)
         })
 }
+
+pub mod redis_server {
+    //! A `redis-server` of the test's own, on a free loopback port, stopped on drop.
+
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// A running `redis-server`, killed (and its directory removed) on drop.
+    #[derive(Debug)]
+    pub struct RedisServer {
+        child: Child,
+        port: u16,
+        dir: PathBuf,
+    }
+
+    impl RedisServer {
+        /// Starts a server on a free loopback port and waits until it answers `PING`.
+        ///
+        /// # Panics
+        ///
+        /// When `redis-server` is not installed (`scripts/test` installs it) or does not start
+        /// within 10 s.
+        #[must_use]
+        pub fn start() -> Self {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!("rl-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create the server's directory");
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+                .args(["--appendonly", "no", "--dir"])
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!("cannot start redis-server ({e}): install it (apt-get install redis-server) or run scripts/test, which does")
+                });
+            let server = Self { child, port, dir };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !server.answers_ping() {
+                assert!(
+                    Instant::now() < deadline,
+                    "redis-server on port {port} did not start"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            server
+        }
+
+        /// `redis://127.0.0.1:PORT`.
+        #[must_use]
+        pub fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}", self.port)
+        }
+
+        fn answers_ping(&self) -> bool {
+            let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+                return false;
+            };
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+            let mut reply = [0; 7];
+            stream.write_all(b"PING\r\n").is_ok()
+                && stream.read_exact(&mut reply).is_ok()
+                && &reply == b"+PONG\r\n"
+        }
+    }
+
+    impl Drop for RedisServer {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// A loopback port nothing listens on now (the OS picks it).
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port")
+    }
+}

@@ -1,0 +1,33 @@
+-- Fixed window: the state is a hash {w = window index, c = cost admitted in it}.
+-- ARGV[4] period (µs), ARGV[5] limit.
+local period = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+
+decide = function(cost, write)
+  local state = redis.call('HMGET', key, 'w', 'c')
+  local window, count = 0, 0
+  if state[1] then
+    window = number(state[1])
+    count = number(state[2])
+  end
+  local current = idiv(now, period)
+  if current > window then
+    window = current
+    count = 0
+  end
+  local reset_at = (window + 1) * period
+  local remaining = at_least_zero(limit - count)
+  if cost > limit then
+    return {2, limit, remaining, at_least_zero(reset_at - now), 0}
+  end
+  if cost <= remaining then
+    if write and cost > 0 then
+      redis.call('HSET', key, 'w', window, 'c', count + cost)
+      expire_at(reset_at)
+    end
+    return {1, limit, remaining - cost, at_least_zero(reset_at - now), 0}
+  end
+  return {0, limit, remaining, at_least_zero(reset_at - now), at_least_zero(reset_at - now)}
+end
+
+return main()

@@ -1,0 +1,30 @@
+-- GCRA: the state is the theoretical arrival time (a string). ARGV[4] emission interval (µs),
+-- ARGV[5] burst.
+local interval = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+
+decide = function(cost, write)
+  local stored = redis.call('GET', key)
+  local tat = 0
+  if stored then
+    tat = number(stored)
+  end
+  local horizon = now + interval * limit
+  if tat < now then
+    tat = now
+  end
+  if cost > limit then
+    return {2, limit, idiv(at_least_zero(horizon - tat), interval), tat - now, 0}
+  end
+  local new_tat = tat + interval * cost
+  if new_tat <= horizon then
+    if write and cost > 0 then
+      redis.call('SET', key, new_tat)
+      expire_at(new_tat)
+    end
+    return {1, limit, idiv(horizon - new_tat, interval), new_tat - now, 0}
+  end
+  return {0, limit, idiv(at_least_zero(horizon - tat), interval), tat - now, new_tat - horizon}
+end
+
+return main()

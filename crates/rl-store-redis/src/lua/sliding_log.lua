@@ -1,0 +1,55 @@
+-- Sliding window log: the state is a list of admission times (µs), oldest first, one per unit
+-- of cost, never longer than the limit. ARGV[4] period (µs), ARGV[5] limit.
+local period = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+
+decide = function(cost, write)
+  local entries = redis.call('LRANGE', key, 0, -1)
+  local first = 1
+  while entries[first] and number(entries[first]) + period <= now do
+    first = first + 1
+  end
+  local len = #entries - first + 1
+  if write and first > 1 then
+    if len == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('LTRIM', key, first - 1, -1)
+    end
+  end
+  local last = nil
+  if len > 0 then
+    last = number(entries[#entries])
+  end
+  local expires_after = 0
+  if last then
+    expires_after = at_least_zero(last + period - now)
+  end
+  local remaining = at_least_zero(limit - len)
+  if cost > limit then
+    return {2, limit, remaining, expires_after, 0}
+  end
+  if cost <= remaining then
+    local at = now
+    if last and last > now then
+      at = last
+    end
+    if write and cost > 0 then
+      local times = {}
+      for i = 1, cost do
+        times[i] = at
+      end
+      redis.call('RPUSH', key, unpack(times))
+      expire_at(at + period)
+    end
+    local expires = expires_after
+    if cost > 0 then
+      expires = at_least_zero(at + period - now)
+    end
+    return {1, limit, remaining - cost, expires, 0}
+  end
+  local entry = number(entries[first + len + cost - limit - 1])
+  return {0, limit, remaining, expires_after, at_least_zero(entry + period - now)}
+end
+
+return main()

@@ -1,0 +1,71 @@
+-- Sliding window counter: the state is a hash {w = window index, c = current, p = previous}.
+-- ARGV[4] period (µs), ARGV[5] limit.
+local period = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+
+local function forgotten_at(window, current, previous)
+  if current > 0 then
+    return (window + 2) * period
+  elseif previous > 0 then
+    return (window + 1) * period
+  end
+  return 0
+end
+
+-- The first offset into a window at which ceil(weight * (period - e) / period) <= room.
+local function offset_for(weight, room)
+  if weight < 1 then
+    weight = 1
+  end
+  return at_least_zero(period - idiv(room * period, weight))
+end
+
+decide = function(cost, write)
+  local state = redis.call('HMGET', key, 'w', 'c', 'p')
+  local window, current, previous = 0, 0, 0
+  if state[1] then
+    window = number(state[1])
+    current = number(state[2])
+    previous = number(state[3])
+  end
+  local now_window = idiv(now, period)
+  if now_window > window then
+    if now_window == window + 1 then
+      previous = current
+    else
+      previous = 0
+    end
+    current = 0
+    window = now_window
+  end
+  local start = window * period
+  local elapsed = at_least_zero(now - start)
+  if elapsed > period then
+    elapsed = period
+  end
+  local weighted = idiv(previous * (period - elapsed) + period - 1, period)
+  local estimate = current + weighted
+  local remaining = at_least_zero(limit - estimate)
+  local reset_after = at_least_zero(forgotten_at(window, current, previous) - now)
+  if cost > limit then
+    return {2, limit, remaining, reset_after, 0}
+  end
+  if cost <= remaining then
+    current = current + cost
+    local fresh_at = forgotten_at(window, current, previous)
+    if write and cost > 0 then
+      redis.call('HSET', key, 'w', window, 'c', current, 'p', previous)
+      expire_at(fresh_at)
+    end
+    return {1, limit, remaining - cost, at_least_zero(fresh_at - now), 0}
+  end
+  local allowed_at
+  if current + cost <= limit then
+    allowed_at = start + offset_for(previous, limit - cost - current)
+  else
+    allowed_at = start + period + offset_for(current, limit - cost)
+  end
+  return {0, limit, remaining, reset_after, at_least_zero(allowed_at - now)}
+end
+
+return main()

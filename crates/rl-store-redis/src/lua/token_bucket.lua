@@ -1,0 +1,40 @@
+-- Token bucket: the state is a hash {u = tokens used, l = when the next refill counts from}.
+-- ARGV[4] refill interval per token (µs), ARGV[5] capacity.
+local interval = tonumber(ARGV[4])
+local capacity = tonumber(ARGV[5])
+
+decide = function(cost, write)
+  local state = redis.call('HMGET', key, 'u', 'l')
+  local used, last = 0, 0
+  if state[1] then
+    used = number(state[1])
+    last = number(state[2])
+  end
+  if now > last then
+    local tokens = idiv(now - last, interval)
+    if tokens >= used then
+      used = 0
+      last = now
+    else
+      used = used - tokens
+      last = last + tokens * interval
+    end
+  end
+  local remaining = at_least_zero(capacity - used)
+  if cost > capacity then
+    return {2, capacity, remaining, at_least_zero(last + used * interval - now), 0}
+  end
+  if cost <= remaining then
+    used = used + cost
+    local full_at = last + used * interval
+    if write and cost > 0 then
+      redis.call('HSET', key, 'u', used, 'l', last)
+      expire_at(full_at)
+    end
+    return {1, capacity, remaining - cost, at_least_zero(full_at - now), 0}
+  end
+  local allowed_at = last + (used + cost - capacity) * interval
+  return {0, capacity, remaining, at_least_zero(last + used * interval - now), at_least_zero(allowed_at - now)}
+end
+
+return main()

@@ -1,0 +1,96 @@
+//! The Lua scripts, and the layout of the keys they keep state in.
+
+use std::fmt::Write;
+use std::sync::LazyLock;
+
+use rl_core::{Algorithm, KeyRepr, Quota};
+
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            redis::Script::new(concat!(
+                include_str!("lua/prelude.lua"),
+                include_str!($file)
+            ))
+        })
+    };
+}
+
+static GCRA: LazyLock<redis::Script> = script!("lua/gcra.lua");
+static TOKEN_BUCKET: LazyLock<redis::Script> = script!("lua/token_bucket.lua");
+static FIXED_WINDOW: LazyLock<redis::Script> = script!("lua/fixed_window.lua");
+static SLIDING_WINDOW: LazyLock<redis::Script> = script!("lua/sliding_window.lua");
+static SLIDING_LOG: LazyLock<redis::Script> = script!("lua/sliding_log.lua");
+
+/// The script of `algorithm`, and the two figures it takes after the cost and the time.
+pub(crate) fn script(quota: &Quota) -> (&'static redis::Script, u64, u64) {
+    let limit = u64::from(quota.burst());
+    match quota.algorithm() {
+        Algorithm::Gcra => (&GCRA, quota.emission_interval_micros(), limit),
+        Algorithm::TokenBucket => (&TOKEN_BUCKET, quota.emission_interval_micros(), limit),
+        Algorithm::FixedWindow => (&FIXED_WINDOW, quota.period_micros(), limit),
+        Algorithm::SlidingWindow => (&SLIDING_WINDOW, quota.period_micros(), limit),
+        _ => (&SLIDING_LOG, quota.period_micros(), limit),
+    }
+}
+
+/// `PREFIX:{KIND HEX}:ALGORITHM`. The key sits in a hash tag (one cluster slot per key) and is
+/// hex-encoded, so no byte of user input can end the tag early or collide across kinds:
+/// `i` integers, `a` addresses, `s` strings, `h` digests.
+pub(crate) fn state_key(prefix: &str, key: KeyRepr<'_>, algorithm: Algorithm) -> String {
+    let mut out = String::with_capacity(prefix.len() + 24 + 2 * 40);
+    out.push_str(prefix);
+    out.push_str(":{");
+    let hex = |out: &mut String, bytes: &[u8]| {
+        for b in bytes {
+            // Writing to a String cannot fail.
+            let _ = write!(out, "{b:02x}");
+        }
+    };
+    match key {
+        KeyRepr::Int(n) => {
+            let _ = write!(out, "i{n}");
+        }
+        KeyRepr::Ip(ip) => {
+            out.push('a');
+            hex(&mut out, ip);
+        }
+        KeyRepr::Bytes(b) => {
+            out.push('s');
+            hex(&mut out, b);
+        }
+        KeyRepr::Digest(d) => {
+            out.push('h');
+            hex(&mut out, d);
+        }
+    }
+    out.push_str("}:");
+    out.push_str(algorithm.as_str());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rl_core::Key;
+
+    #[test]
+    fn keys_keep_user_bytes_inside_their_hash_tag() {
+        let key = Key::from("}{evil}");
+        let layout = state_key("rl", key.repr(), Algorithm::Gcra);
+        assert_eq!(layout, "rl:{s7d7b6576696c7d}:gcra");
+        assert_eq!(layout.matches('{').count(), 1);
+        assert_eq!(
+            state_key("rl", Key::from("").repr(), Algorithm::FixedWindow),
+            "rl:{s}:fixed-window"
+        );
+        assert_eq!(
+            state_key("p", Key::from(7u64).repr(), Algorithm::Gcra),
+            "p:{i7}:gcra"
+        );
+        assert_ne!(
+            state_key("p", Key::from("7").repr(), Algorithm::Gcra),
+            state_key("p", Key::from(7u64).repr(), Algorithm::Gcra)
+        );
+    }
+}

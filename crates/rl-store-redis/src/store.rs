@@ -1,0 +1,328 @@
+//! [`RedisStore`] and its configuration.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use rl_core::{Decision, Info, Key, Quota, Store, StoreError, StoreErrorKind};
+
+use crate::error::classify;
+use crate::script::{script, state_key};
+
+/// How to reach Redis. Every timeout is explicit; the defaults are small so that a hung Redis
+/// never holds a request for long.
+///
+/// ```
+/// use rl_store_redis::RedisConfig;
+/// use std::time::Duration;
+///
+/// let config = RedisConfig::new("redis://127.0.0.1:6379")
+///     .prefix("api-limits")
+///     .response_timeout(Duration::from_millis(50));
+/// # drop(config);
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct RedisConfig {
+    url: String,
+    prefix: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl RedisConfig {
+    /// Redis at `url` (`redis://host:port/db`), key prefix `rl`, connect timeout 1 s, response
+    /// timeout 100 ms.
+    ///
+    /// ```
+    /// let config = rl_store_redis::RedisConfig::new("redis://127.0.0.1:6379");
+    /// # drop(config);
+    /// ```
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            prefix: "rl".to_owned(),
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_millis(100),
+        }
+    }
+
+    /// The prefix of every key (default `rl`): 1 to 64 bytes without `{`, `}` or whitespace.
+    ///
+    /// ```
+    /// let config = rl_store_redis::RedisConfig::new("redis://127.0.0.1").prefix("tenant-a");
+    /// # drop(config);
+    /// ```
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long to wait for a connection (default 1 s).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = rl_store_redis::RedisConfig::new("redis://127.0.0.1")
+    ///     .connect_timeout(Duration::from_millis(250));
+    /// # drop(config);
+    /// ```
+    pub const fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for a reply (default 100 ms): past it, the check fails with
+    /// [`StoreErrorKind::Timeout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = rl_store_redis::RedisConfig::new("redis://127.0.0.1")
+    ///     .response_timeout(Duration::from_millis(20));
+    /// # drop(config);
+    /// ```
+    pub const fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Connects.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] of kind [`InvalidInput`](StoreErrorKind::InvalidInput) (with a
+    /// [`ConfigError`] as its source) for a bad URL or prefix, or of kind
+    /// [`Connection`](StoreErrorKind::Connection) / [`Timeout`](StoreErrorKind::Timeout) when
+    /// Redis cannot be reached.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), rl_core::StoreError> {
+    /// let store = rl_store_redis::RedisConfig::new("redis://127.0.0.1:6379").connect().await?;
+    /// # drop(store); Ok(()) }
+    /// ```
+    pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        let invalid =
+            |error: ConfigError| StoreError::with_source(StoreErrorKind::InvalidInput, error);
+        let prefix_ok = !self.prefix.is_empty()
+            && self.prefix.len() <= 64
+            && !self
+                .prefix
+                .bytes()
+                .any(|b| b == b'{' || b == b'}' || b.is_ascii_whitespace() || b.is_ascii_control());
+        if !prefix_ok {
+            return Err(invalid(ConfigError::InvalidPrefix {
+                prefix: self.prefix,
+            }));
+        }
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| {
+            invalid(ConfigError::InvalidUrl {
+                url: self.url.clone(),
+                reason: e.to_string(),
+            })
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(1);
+        let connection = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(classify)?;
+        Ok(RedisStore {
+            connection,
+            prefix: Arc::from(self.prefix),
+        })
+    }
+}
+
+/// A configuration that cannot work; the source of an
+/// [`InvalidInput`](StoreErrorKind::InvalidInput) error from [`RedisConfig::connect`].
+///
+/// ```
+/// let err = rl_store_redis::ConfigError::InvalidPrefix { prefix: "a{b".into() };
+/// assert_eq!(err.to_string(), "invalid key prefix \"a{b\": use 1 to 64 bytes without braces or whitespace");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The URL could not be parsed.
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// The key prefix is empty, too long, or holds a brace or whitespace.
+    InvalidPrefix {
+        /// The prefix given.
+        prefix: String,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidUrl { url, reason } => write!(f, "invalid redis url {url:?}: {reason}"),
+            Self::InvalidPrefix { prefix } => write!(
+                f,
+                "invalid key prefix {prefix:?}: use 1 to 64 bytes without braces or whitespace"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A [`Store`] in Redis; see the [crate docs](crate). Clones share one multiplexed
+/// connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: ConnectionManager,
+    prefix: Arc<str>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects to `url` with the default [`RedisConfig`].
+    ///
+    /// # Errors
+    ///
+    /// See [`RedisConfig::connect`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), rl_core::StoreError> {
+    /// let store = rl_store_redis::RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// # drop(store); Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        RedisConfig::new(url).connect().await
+    }
+
+    /// The key under which `key`'s state for `quota` lives (for inspection and tests).
+    ///
+    /// ```no_run
+    /// # async fn demo(store: rl_store_redis::RedisStore) {
+    /// let name = store.state_key(&rl_core::Key::from(7u64), &rl_core::Quota::per_second(1).unwrap());
+    /// assert_eq!(name, "rl:{i7}:gcra");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn state_key(&self, key: &Key, quota: &Quota) -> String {
+        state_key(&self.prefix, key.repr(), quota.algorithm())
+    }
+
+    /// [`Store::check`] at a given time (microseconds since the UNIX epoch) instead of Redis's
+    /// clock: for tests that compare the scripts with `rl-core` step by step.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Store::check`].
+    #[doc(hidden)]
+    pub async fn check_at(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        now_micros: u64,
+    ) -> Result<Decision, StoreError> {
+        self.run(key, quota, "c", cost, Some(now_micros)).await
+    }
+
+    async fn run(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        mode: &str,
+        cost: u32,
+        now_micros: Option<u64>,
+    ) -> Result<Decision, StoreError> {
+        let (script, figure, limit) = script(quota);
+        let now = now_micros.map_or_else(String::new, |n| n.to_string());
+        let mut connection = self.connection.clone();
+        let reply: Vec<i64> = script
+            .key(self.state_key(key, quota))
+            .arg(mode)
+            .arg(cost)
+            .arg(now)
+            .arg(figure)
+            .arg(limit)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(classify)?;
+        decision(&reply)
+    }
+}
+
+/// Reads a script's reply `{outcome, limit, remaining, reset_after_us, retry_after_us}`.
+fn decision(reply: &[i64]) -> Result<Decision, StoreError> {
+    let bad = || {
+        StoreError::with_source(
+            StoreErrorKind::Script,
+            format!("unexpected script reply {reply:?}"),
+        )
+    };
+    let &[outcome, limit, remaining, reset, retry] = reply else {
+        return Err(bad());
+    };
+    let unsigned = |n: i64| u64::try_from(n).map_err(|_| bad());
+    let info = Info::new(
+        unsigned(limit)?,
+        unsigned(remaining)?,
+        Duration::from_micros(unsigned(reset)?),
+        Duration::from_micros(unsigned(retry)?),
+    );
+    match outcome {
+        1 => Ok(Decision::Allowed(info)),
+        0 => Ok(Decision::Denied(info)),
+        2 => Ok(Decision::InsufficientCapacity(info)),
+        _ => Err(bad()),
+    }
+}
+
+impl Store for RedisStore {
+    async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
+        self.run(key, quota, "c", cost, None).await
+    }
+
+    async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
+        self.run(key, quota, "p", 1, None).await
+    }
+
+    async fn reset(&self, key: &Key, quota: &Quota) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        redis::cmd("DEL")
+            .arg(self.state_key(key, quota))
+            .query_async::<()>(&mut connection)
+            .await
+            .map_err(classify)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_checked() {
+        assert!(decision(&[1, 10, 9, 100, 0]).unwrap().is_allowed());
+        assert!(matches!(
+            decision(&[2, 10, 9, 100, 0]).unwrap(),
+            Decision::InsufficientCapacity(_)
+        ));
+        for bad in [
+            &[1, 10, 9, 100][..],
+            &[3, 10, 9, 100, 0],
+            &[1, -1, 9, 100, 0],
+            &[],
+        ] {
+            let err = decision(bad).unwrap_err();
+            assert_eq!(err.kind(), StoreErrorKind::Script);
+        }
+    }
+}

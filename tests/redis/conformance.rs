@@ -1,0 +1,90 @@
+//! One suite, generic over `Store`, run against the memory store and Redis with the same
+//! expected decisions. Quotas refill slowly (per hour), so real time never changes a decision.
+
+use std::time::Duration;
+
+use rl_core::{Algorithm, Decision, Key, Quota, Store};
+use rl_store_memory::MemoryStore;
+use tests::redis_server::RedisServer;
+
+const ALGORITHMS: [Algorithm; 5] = [
+    Algorithm::Gcra,
+    Algorithm::TokenBucket,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingLog,
+];
+
+/// What every store must decide, the same way.
+async fn conformance<S: Store>(store: &S) {
+    for algorithm in ALGORITHMS {
+        let quota = Quota::per_hour(5)
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
+        let key = Key::from(format!("conformance-{algorithm}"));
+        let other = Key::from(7u64);
+
+        // A fresh key: a peek admits, counts nothing.
+        let peek = store.peek(&key, &quota).await.unwrap();
+        assert!(peek.is_allowed(), "{algorithm}");
+        assert_eq!(peek.info().remaining(), 5, "{algorithm}");
+        assert_eq!(peek.info().limit(), 5, "{algorithm}");
+
+        // Costs count; a cost of 0 counts nothing.
+        let d = store.check(&key, &quota, 2).await.unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.info().remaining(), 3, "{algorithm}");
+        let d = store.check(&key, &quota, 0).await.unwrap();
+        assert_eq!(d.info().remaining(), 3, "{algorithm}");
+        for remaining in [2, 1, 0] {
+            let d = store.check(&key, &quota, 1).await.unwrap();
+            assert!(d.is_allowed(), "{algorithm}");
+            assert_eq!(d.info().remaining(), remaining, "{algorithm}");
+            assert_eq!(d.info().retry_after(), Duration::ZERO);
+        }
+        // Exhausted: denied with a retry time, and a peek agrees.
+        let denied = store.check(&key, &quota, 1).await.unwrap();
+        assert!(matches!(denied, Decision::Denied(_)), "{algorithm}");
+        assert_eq!(denied.info().remaining(), 0);
+        assert!(denied.info().retry_after() > Duration::ZERO, "{algorithm}");
+        assert!(
+            !store.peek(&key, &quota).await.unwrap().is_allowed(),
+            "{algorithm}"
+        );
+        // More than the quota can ever admit is its own outcome.
+        let too_big = store.check(&other, &quota, 6).await.unwrap();
+        assert!(
+            matches!(too_big, Decision::InsufficientCapacity(_)),
+            "{algorithm}"
+        );
+        assert_eq!(too_big.info().retry_after(), Duration::ZERO);
+        // Other keys are untouched; a reset gives the key a fresh quota.
+        assert_eq!(
+            store.peek(&other, &quota).await.unwrap().info().remaining(),
+            5
+        );
+        store.reset(&key, &quota).await.unwrap();
+        assert_eq!(
+            store
+                .check(&key, &quota, 1)
+                .await
+                .unwrap()
+                .info()
+                .remaining(),
+            4
+        );
+        store.reset(&key, &quota).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_memory_store_conforms() {
+    conformance(&MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn the_redis_store_conforms() {
+    let server = RedisServer::start();
+    conformance(&crate::store(&server, "conformance").await).await;
+}

@@ -1,0 +1,131 @@
+//! 100,000 random operations per algorithm through rl-core and through its Lua script on a
+//! real server, at the same (explicit) times: identical decisions.
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRng, TestRunner};
+use rl_core::algorithm::{
+    AlgorithmState, FixedWindowState, GcraState, SlidingLogState, SlidingWindowState,
+    TokenBucketState,
+};
+use rl_core::{Algorithm, Decision, Key, Quota, Timestamp};
+use rl_store_redis::RedisStore;
+use tests::redis_server::RedisServer;
+
+const OPERATIONS: usize = 100_000;
+/// Keys checked concurrently (each key's operations stay in order).
+const KEYS: usize = 50;
+
+/// A random quota for `algorithm`: counts 1-50, periods from 1 ms to 1 day.
+fn quota(rng: &mut TestRng, algorithm: Algorithm) -> Quota {
+    let count = rng.random_range(1..=50u32);
+    let period_us = match rng.random_range(0..3) {
+        0 => rng.random_range(1_000..100_000u64),
+        1 => rng.random_range(100_000..10_000_000),
+        _ => rng.random_range(10_000_000..86_400_000_000),
+    };
+    let quota = Quota::new(
+        count,
+        std::time::Duration::from_micros(period_us.max(u64::from(count))),
+    )
+    .unwrap()
+    .with_algorithm(algorithm)
+    .unwrap();
+    if matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket) && rng.random_bool(0.5) {
+        quota.with_burst(rng.random_range(1..=60)).unwrap()
+    } else {
+        quota
+    }
+}
+
+async fn run_key<S: AlgorithmState>(
+    store: RedisStore,
+    seed: u64,
+    algorithm: Algorithm,
+    ops: usize,
+) {
+    let mut rng = TestRunner::new(Config {
+        rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
+        ..Config::default()
+    })
+    .new_rng();
+    let quota = quota(&mut rng, algorithm);
+    let key = Key::from(format!("diff-{algorithm}-{seed}"));
+    let mut state = S::default();
+    // A start between 2020 and 2030, in µs.
+    let mut now: u64 = rng.random_range(1_577_836_800_000_000..1_893_456_000_000_000);
+    let period = quota.period_micros();
+    for op in 0..ops {
+        now += match rng.random_range(0..4) {
+            0 => 0,
+            1 => rng.random_range(0..=quota.emission_interval_micros().max(1)),
+            2 => rng.random_range(0..=period / 3 + 1),
+            _ => rng.random_range(0..=period * 2),
+        };
+        let cost = match rng.random_range(0..10) {
+            0 => 0,
+            1 => rng.random_range(0..=quota.burst() + 2),
+            _ => rng.random_range(1..=3),
+        };
+        let expected: Decision = state.check(Timestamp::from_micros(now), cost, &quota);
+        let actual = store.check_at(&key, &quota, cost, now).await.unwrap();
+        assert_eq!(
+            actual, expected,
+            "{algorithm} {quota} op {op} at {now} cost {cost} (seed {seed})"
+        );
+    }
+}
+
+async fn differential(algorithm: Algorithm) {
+    let server = RedisServer::start();
+    let store = crate::store(&server, "differential").await;
+    let tasks: Vec<_> = (0..KEYS)
+        .map(|i| {
+            let store = store.clone();
+            let seed = 1_000 + i as u64;
+            let ops = OPERATIONS / KEYS;
+            tokio::spawn(async move {
+                match algorithm {
+                    Algorithm::Gcra => run_key::<GcraState>(store, seed, algorithm, ops).await,
+                    Algorithm::TokenBucket => {
+                        run_key::<TokenBucketState>(store, seed, algorithm, ops).await
+                    }
+                    Algorithm::FixedWindow => {
+                        run_key::<FixedWindowState>(store, seed, algorithm, ops).await
+                    }
+                    Algorithm::SlidingWindow => {
+                        run_key::<SlidingWindowState>(store, seed, algorithm, ops).await
+                    }
+                    _ => run_key::<SlidingLogState>(store, seed, algorithm, ops).await,
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcra_script_matches_rl_core() {
+    differential(Algorithm::Gcra).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_bucket_script_matches_rl_core() {
+    differential(Algorithm::TokenBucket).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_window_script_matches_rl_core() {
+    differential(Algorithm::FixedWindow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_window_script_matches_rl_core() {
+    differential(Algorithm::SlidingWindow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_log_script_matches_rl_core() {
+    differential(Algorithm::SlidingLog).await;
+}
