@@ -49,6 +49,7 @@
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
 //! | `memory` | yes | [`MemoryStore`] and [`RateLimitLayer::per_ip`] |
+//! | `redis` | no | `RedisStore` and `RedisConfig` from `rl-store-redis`: one quota for a fleet |
 //! | `axum` | no | the peer address from axum's `ConnectInfo<SocketAddr>` |
 //! | `tonic` | no | the peer address from tonic's `TcpConnectInfo` |
 //! | `jwt` | no | [`key::JwtClaim`] |
@@ -67,3 +68,6 @@ pub use rl_core::{Decision, Info, Key, ParseQuotaError, Quota, QuotaError, Store
 #[cfg(feature = "memory")]
 #[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 pub use rl_store_memory::MemoryStore;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use rl_store_redis::{RedisConfig, RedisStore};
