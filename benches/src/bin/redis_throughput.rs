@@ -1,0 +1,131 @@
+//! Throughput and latency of a GCRA check against one Redis, at concurrency 1, 16 and 64:
+//! `RedisStore::check` against a bare redis-rs loop running the same script by EVALSHA on one
+//! multiplexed connection. `benches/scripts/redis_throughput.sh` starts the server, runs this
+//! and `redis-benchmark` side by side.
+//!
+//! `redis_throughput REDIS_URL SECONDS`
+
+use std::time::{Duration, Instant};
+
+use rl_core::{Key, Quota, Store};
+use rl_store_redis::{RedisConfig, RedisStore};
+
+/// The GCRA script the store runs, for the bare loop.
+const GCRA: &str = concat!(
+    include_str!("../../../crates/rl-store-redis/src/lua/prelude.lua"),
+    include_str!("../../../crates/rl-store-redis/src/lua/gcra.lua")
+);
+
+struct Figures {
+    per_second: f64,
+    p50_us: u64,
+    p99_us: u64,
+}
+
+/// Runs `concurrency` tasks calling `op` for `seconds`; returns throughput and latencies.
+async fn measure<F, Fut>(concurrency: usize, seconds: u64, op: F) -> Figures
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let op = op.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    op().await;
+                    latencies.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap_or_default());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort_unstable();
+    let at = |q: f64| {
+        all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    Figures {
+        per_second: all.len() as f64 / elapsed,
+        p50_us: at(0.50),
+        p99_us: at(0.99),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 1)]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let url = args
+        .next()
+        .ok_or("usage: redis_throughput REDIS_URL SECONDS")?;
+    let seconds: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let store = RedisConfig::new(url.clone())
+        .prefix("bench")
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await?;
+    let quota = Quota::per_second(1_000_000)?;
+    let key = Key::from("bench-key");
+    let state_key = store.state_key(&key, &quota);
+    let bare = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let script = redis::Script::new(GCRA);
+    println!(
+        "| concurrency | rl checks/s | bare EVALSHA/s | rl / bare | rl p50 / p99 (µs) | bare p50 / p99 (µs) |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for concurrency in [1, 16, 64] {
+        let ours = {
+            let (store, key): (RedisStore, Key) = (store.clone(), key.clone());
+            measure(concurrency, seconds, move || {
+                let (store, key) = (store.clone(), key.clone());
+                async move {
+                    let _ = store.check(&key, &quota, 1).await;
+                }
+            })
+            .await
+        };
+        let theirs = {
+            let (bare, script, state_key) = (bare.clone(), script.clone(), state_key.clone());
+            measure(concurrency, seconds, move || {
+                let (mut bare, script, state_key) =
+                    (bare.clone(), script.clone(), state_key.clone());
+                async move {
+                    let _: Result<Vec<i64>, _> = script
+                        .key(state_key)
+                        .arg("c")
+                        .arg(1)
+                        .arg("")
+                        .arg(quota.emission_interval_micros())
+                        .arg(quota.burst())
+                        .invoke_async(&mut bare)
+                        .await;
+                }
+            })
+            .await
+        };
+        println!(
+            "| {concurrency} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} |",
+            ours.per_second,
+            theirs.per_second,
+            ours.per_second / theirs.per_second,
+            ours.p50_us,
+            ours.p99_us,
+            theirs.p50_us,
+            theirs.p99_us
+        );
+    }
+    println!("EVALSHA {} {state_key}", script.get_hash());
+    Ok(())
+}
