@@ -88,3 +88,59 @@ async fn the_redis_store_conforms() {
     let server = RedisServer::start();
     conformance(&crate::store(&server, "conformance").await).await;
 }
+
+#[tokio::test]
+async fn the_redis_cluster_store_conforms() {
+    let cluster = tests::redis_server::RedisCluster::start();
+    let store = rl_store_redis::RedisConfig::cluster(cluster.urls())
+        .prefix("conformance")
+        .response_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    conformance(&store).await;
+    // Keys land on different masters, and each still decides alone.
+    let quota = Quota::per_hour(1).unwrap();
+    for i in 0..50u64 {
+        assert!(
+            store
+                .check(&Key::from(i), &quota, 1)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+        assert!(
+            !store
+                .check(&Key::from(i), &quota, 1)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    let sizes: Vec<u64> = cluster
+        .on_every_node("DBSIZE\r\n")
+        .iter()
+        .filter_map(|reply| reply.trim().strip_prefix(':')?.parse().ok())
+        .collect();
+    assert_eq!(sizes.len(), 6, "{sizes:?}");
+    assert!(
+        sizes.iter().filter(|&&n| n > 0).count() >= 3,
+        "keys on one node only: {sizes:?}"
+    );
+    // After SCRIPT FLUSH on every node, the scripts are reloaded wherever they are missing.
+    assert!(
+        cluster
+            .on_every_node("SCRIPT FLUSH\r\n")
+            .iter()
+            .all(|r| r.starts_with("+OK"))
+    );
+    for i in 0..50u64 {
+        assert!(
+            !store
+                .check(&Key::from(i), &quota, 1)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+    }
+}

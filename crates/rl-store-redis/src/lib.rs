@@ -21,8 +21,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Not yet here (see the project's issues): Redis Cluster, a `deadpool-redis` pool, clock-skew
-//! monitoring.
+//! Redis Cluster: [`RedisConfig::cluster`]. Not yet here (see the project's issues): a
+//! `deadpool-redis` pool, clock-skew monitoring.
 
 mod error;
 mod script;

@@ -26,6 +26,7 @@ use crate::script::{script, state_key};
 #[must_use]
 pub struct RedisConfig {
     url: String,
+    cluster: Option<Vec<String>>,
     prefix: String,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -42,9 +43,29 @@ impl RedisConfig {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            cluster: None,
             prefix: "rl".to_owned(),
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_millis(100),
+        }
+    }
+
+    /// A Redis Cluster, reached through any of `nodes` (`redis://host:port` each). Every key's
+    /// state lives on the node owning its hash tag; `MOVED` and `ASK` redirections and failovers
+    /// are followed by the client.
+    ///
+    /// ```
+    /// let config = rl_store_redis::RedisConfig::cluster([
+    ///     "redis://10.0.0.1:7000",
+    ///     "redis://10.0.0.2:7000",
+    /// ]);
+    /// # drop(config);
+    /// ```
+    pub fn cluster<I: IntoIterator<Item = S>, S: Into<String>>(nodes: I) -> Self {
+        let nodes: Vec<String> = nodes.into_iter().map(Into::into).collect();
+        Self {
+            cluster: Some(nodes.clone()),
+            ..Self::new(nodes.first().cloned().unwrap_or_default())
         }
     }
 
@@ -114,19 +135,31 @@ impl RedisConfig {
                 prefix: self.prefix,
             }));
         }
-        let client = redis::Client::open(self.url.as_str()).map_err(|e| {
+        let bad_url = |e: redis::RedisError| {
             invalid(ConfigError::InvalidUrl {
                 url: self.url.clone(),
                 reason: e.to_string(),
             })
-        })?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_number_of_retries(1);
-        let connection = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(classify)?;
+        };
+        let connection = if let Some(nodes) = &self.cluster {
+            let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                .connection_timeout(self.connect_timeout)
+                .response_timeout(self.response_timeout)
+                .build()
+                .map_err(bad_url)?;
+            Connection::Cluster(client.get_async_connection().await.map_err(classify)?)
+        } else {
+            let client = redis::Client::open(self.url.as_str()).map_err(bad_url)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connect_timeout))
+                .set_response_timeout(Some(self.response_timeout))
+                .set_number_of_retries(1);
+            Connection::Single(
+                ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(classify)?,
+            )
+        };
         Ok(RedisStore {
             connection,
             prefix: Arc::from(self.prefix),
@@ -172,12 +205,38 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// A [`Store`] in Redis; see the [crate docs](crate). Clones share one multiplexed
-/// connection.
+/// A [`Store`] in Redis or Redis Cluster; see the [crate docs](crate). Clones share one
+/// multiplexed connection (per cluster node).
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: Connection,
     prefix: Arc<str>,
+}
+
+/// One multiplexed connection to a server, or the cluster client's connections.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Connection {
+    async fn invoke(
+        &self,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> redis::RedisResult<Vec<i64>> {
+        match self.clone() {
+            Self::Single(mut c) => invocation.invoke_async(&mut c).await,
+            Self::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+        }
+    }
+
+    async fn query(&self, cmd: &redis::Cmd) -> redis::RedisResult<()> {
+        match self.clone() {
+            Self::Single(mut c) => cmd.query_async(&mut c).await,
+            Self::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+    }
 }
 
 impl fmt::Debug for RedisStore {
@@ -244,17 +303,15 @@ impl RedisStore {
     ) -> Result<Decision, StoreError> {
         let (script, figure, limit) = script(quota);
         let now = now_micros.map_or_else(String::new, |n| n.to_string());
-        let mut connection = self.connection.clone();
-        let reply: Vec<i64> = script
+        let mut invocation = script.prepare_invoke();
+        invocation
             .key(self.state_key(key, quota))
             .arg(mode)
             .arg(cost)
             .arg(now)
             .arg(figure)
-            .arg(limit)
-            .invoke_async(&mut connection)
-            .await
-            .map_err(classify)?;
+            .arg(limit);
+        let reply = self.connection.invoke(invocation).await.map_err(classify)?;
         decision(&reply)
     }
 }
@@ -295,12 +352,9 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, key: &Key, quota: &Quota) -> Result<(), StoreError> {
-        let mut connection = self.connection.clone();
-        redis::cmd("DEL")
-            .arg(self.state_key(key, quota))
-            .query_async::<()>(&mut connection)
-            .await
-            .map_err(classify)
+        let mut del = redis::cmd("DEL");
+        del.arg(self.state_key(key, quota));
+        self.connection.query(&del).await.map_err(classify)
     }
 }
 
