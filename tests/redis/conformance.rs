@@ -144,3 +144,16 @@ async fn the_redis_cluster_store_conforms() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_redis_pool_store_conforms() {
+    let server = RedisServer::start();
+    let store = rl_store_redis::RedisConfig::new(server.url())
+        .pool(4)
+        .prefix("pool")
+        .response_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    conformance(&store).await;
+}

@@ -173,3 +173,12 @@ async fn unreachable_redis_is_a_connection_error_and_bad_config_is_invalid_input
     assert_eq!(err.kind(), StoreErrorKind::InvalidInput);
     assert!(err.to_string().contains("invalid key prefix"), "{err}");
 }
+
+#[tokio::test]
+async fn clock_skew_between_this_host_and_redis_is_measured() {
+    let server = RedisServer::start();
+    let store = crate::store(&server, "skew").await;
+    // Same machine, same clock: within the round trip.
+    let skew = store.measure_clock_skew().await.unwrap();
+    assert!(skew.abs() < 50_000, "{skew} µs");
+}

@@ -81,10 +81,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .get_multiplexed_async_connection()
         .await?;
     let script = redis::Script::new(GCRA);
+    let pooled = RedisConfig::new(url.clone())
+        .prefix("bench")
+        .pool(64)
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await?;
     println!(
-        "| concurrency | rl checks/s | bare EVALSHA/s | rl / bare | rl p50 / p99 (µs) | bare p50 / p99 (µs) |"
+        "| concurrency | rl checks/s | bare EVALSHA/s | rl / bare | rl p50 / p99 (µs) | bare p50 / p99 (µs) | rl with a deadpool pool: checks/s, p50 / p99 (µs) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
     for concurrency in [1, 16, 64] {
         let ours = {
             let (store, key): (RedisStore, Key) = (store.clone(), key.clone());
@@ -115,17 +121,72 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .await
         };
+        let pool = {
+            let (store, key) = (pooled.clone(), key.clone());
+            measure(concurrency, seconds, move || {
+                let (store, key) = (store.clone(), key.clone());
+                async move {
+                    let _ = store.check(&key, &quota, 1).await;
+                }
+            })
+            .await
+        };
         println!(
-            "| {concurrency} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} |",
+            "| {concurrency} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} | {:.0}, {} / {} |",
             ours.per_second,
             theirs.per_second,
             ours.per_second / theirs.per_second,
             ours.p50_us,
             ours.p99_us,
             theirs.p50_us,
-            theirs.p99_us
+            theirs.p99_us,
+            pool.per_second,
+            pool.p50_us,
+            pool.p99_us
         );
     }
+    println!();
+    memory_usage(&store, &url).await?;
     println!("EVALSHA {} {state_key}", script.get_hash());
+    Ok(())
+}
+
+/// `MEMORY USAGE` of one key's state for each algorithm, after three checks of cost 1 (a
+/// sliding log then holds three entries). Averaged over 100 keys.
+async fn memory_usage(store: &RedisStore, url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let mut connection = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    println!("| algorithm | Redis type | MEMORY USAGE per key (bytes) |");
+    println!("|---|---|---:|");
+    for algorithm in [
+        rl_core::Algorithm::Gcra,
+        rl_core::Algorithm::TokenBucket,
+        rl_core::Algorithm::FixedWindow,
+        rl_core::Algorithm::SlidingWindow,
+        rl_core::Algorithm::SlidingLog,
+    ] {
+        let quota = Quota::per_hour(100)?.with_algorithm(algorithm)?;
+        let mut total = 0u64;
+        let mut kind = String::new();
+        for i in 0..100u64 {
+            let key = Key::from(format!("user-{i:06}"));
+            for _ in 0..3 {
+                store.check(&key, &quota, 1).await?;
+            }
+            let name = store.state_key(&key, &quota);
+            let bytes: u64 = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&name)
+                .query_async(&mut connection)
+                .await?;
+            total += bytes;
+            kind = redis::cmd("TYPE")
+                .arg(&name)
+                .query_async(&mut connection)
+                .await?;
+        }
+        println!("| {algorithm} | {kind} | {} |", total / 100);
+    }
     Ok(())
 }

@@ -5,10 +5,12 @@
 //!   differential test runs 100,000 random operations per algorithm through both). Scripts run
 //!   by SHA and are reloaded transparently after `SCRIPT FLUSH` or a restart.
 //! - Time is the Redis server's `TIME`, read inside the script: gateways whose clocks disagree
-//!   still share one clock.
+//!   still share one clock. [`RedisStore::measure_clock_skew`] reports (and past a threshold,
+//!   logs) how far this host's clock is from Redis's.
 //! - Every key expires when its state equals a fresh one, so idle keys vanish by themselves.
 //! - Keys are `PREFIX:{KEY}:ALGORITHM`, the user key hex-encoded inside the hash tag.
-//! - One check is one round trip, over one multiplexed connection that reconnects by itself.
+//! - One check is one round trip, over one multiplexed connection that reconnects by itself
+//!   (the default, and the faster), or over a `deadpool-redis` pool ([`RedisConfig::pool`]).
 //!
 //! ```no_run
 //! use rl_core::{Key, Quota, Store};
@@ -21,8 +23,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Redis Cluster: [`RedisConfig::cluster`]. Not yet here (see the project's issues): a
-//! `deadpool-redis` pool, clock-skew monitoring.
+//! Redis Cluster: [`RedisConfig::cluster`].
 
 mod error;
 mod script;
