@@ -10,9 +10,21 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; e
 cargo build --release -p benches --bin http_server --quiet
 server=target/release/http_server
 log=$(mktemp)
-trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
+pid=""
+redis_pid=""
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; [ -n "$redis_pid" ] && kill $redis_pid; rm -f "$log"' EXIT
 declare -A rps
 modes="bare rl-allow governor-allow rl-allow-x rl-allow-noheaders governor-allow-noheaders rl-reject governor-reject"
+# With redis-server installed, the same server with its state in a local Redis (one key).
+if command -v redis-server >/dev/null; then
+  redis_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  redis_dir=$(mktemp -d)
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$redis_dir" >/dev/null &
+  redis_pid=$!
+  for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  export REDIS_URL="redis://127.0.0.1:$redis_port"
+  modes="$modes rl-redis-allow rl-redis-noheaders rl-redis-reject naive-redis"
+fi
 for mode in $modes; do
   "$server" "$mode" 127.0.0.1:0 >"$log" &
   pid=$!

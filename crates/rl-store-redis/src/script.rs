@@ -42,13 +42,15 @@ pub(crate) fn state_key(prefix: &str, key: KeyRepr<'_>, algorithm: Algorithm) ->
     out.push_str(prefix);
     out.push_str(":{");
     let hex = |out: &mut String, bytes: &[u8]| {
-        for b in bytes {
-            // Writing to a String cannot fail.
-            let _ = write!(out, "{b:02x}");
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        for &b in bytes {
+            out.push(char::from(DIGITS[usize::from(b >> 4)]));
+            out.push(char::from(DIGITS[usize::from(b & 0xf)]));
         }
     };
     match key {
         KeyRepr::Int(n) => {
+            // Writing to a String cannot fail.
             let _ = write!(out, "i{n}");
         }
         KeyRepr::Ip(ip) => {

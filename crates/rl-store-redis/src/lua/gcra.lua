@@ -19,8 +19,7 @@ decide = function(cost, write)
   local new_tat = tat + interval * cost
   if new_tat <= horizon then
     if write and cost > 0 then
-      redis.call('SET', key, new_tat)
-      expire_at(new_tat)
+      redis.call('SET', key, new_tat, 'PX', ttl_ms(new_tat))
     end
     return {1, limit, idiv(horizon - new_tat, interval), new_tat - now, 0}
   end

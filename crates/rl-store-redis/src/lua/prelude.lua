@@ -39,17 +39,21 @@ local function at_least_zero(x)
   return x
 end
 
--- The key expires when its state equals a fresh one: a TTL relative to the script's now,
--- rounded up to the millisecond and never 0.
-local function expire_at(fresh_at)
+-- The key expires when its state equals a fresh one: a TTL in milliseconds relative to the
+-- script's now, rounded up and never 0.
+local function ttl_ms(fresh_at)
+  if test_time then
+    return 86400000
+  end
   local ttl = idiv(at_least_zero(fresh_at - now) + 999, 1000)
   if ttl < 1 then
     ttl = 1
   end
-  if test_time then
-    ttl = 86400000
-  end
-  redis.call('PEXPIRE', key, ttl)
+  return ttl
+end
+
+local function expire_at(fresh_at)
+  redis.call('PEXPIRE', key, ttl_ms(fresh_at))
 end
 
 local function number(value)
