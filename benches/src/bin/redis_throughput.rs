@@ -3,7 +3,7 @@
 //! multiplexed connection. `benches/scripts/redis_throughput.sh` starts the server, runs this
 //! and `redis-benchmark` side by side.
 //!
-//! `redis_throughput REDIS_URL SECONDS`
+//! `redis_throughput REDIS_URL SECONDS`; with several comma-separated URLs, a Redis Cluster.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,13 @@ const GCRA: &str = concat!(
     include_str!("../../../crates/rl-store-redis/src/lua/prelude.lua"),
     include_str!("../../../crates/rl-store-redis/src/lua/gcra.lua")
 );
+
+/// The bare loop's connection: to one server, or to the cluster.
+#[derive(Clone)]
+enum Bare {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
 
 struct Figures {
     per_second: f64,
@@ -69,7 +76,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .next()
         .ok_or("usage: redis_throughput REDIS_URL SECONDS")?;
     let seconds: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
-    let store = RedisConfig::new(url.clone())
+    let nodes: Vec<&str> = url.split(',').collect();
+    let cluster = nodes.len() > 1;
+    let config = if cluster {
+        RedisConfig::cluster(nodes.iter().copied())
+    } else {
+        RedisConfig::new(url.clone())
+    };
+    let store = config
         .prefix("bench")
         .response_timeout(Duration::from_secs(5))
         .connect()
@@ -77,16 +91,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quota = Quota::per_second(1_000_000)?;
     let key = Key::from("bench-key");
     let state_key = store.state_key(&key, &quota);
-    let bare = redis::Client::open(url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    let bare = if cluster {
+        Bare::Cluster(
+            redis::cluster::ClusterClient::new(nodes.clone())?
+                .get_async_connection()
+                .await?,
+        )
+    } else {
+        Bare::Single(
+            redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?,
+        )
+    };
     let script = redis::Script::new(GCRA);
-    let pooled = RedisConfig::new(url.clone())
-        .prefix("bench")
-        .pool(64)
-        .response_timeout(Duration::from_secs(5))
-        .connect()
-        .await?;
+    // The pool is for a single server.
+    let pooled = if cluster {
+        None
+    } else {
+        let config = RedisConfig::new(url.clone()).prefix("bench").pool(64);
+        Some(
+            config
+                .response_timeout(Duration::from_secs(5))
+                .connect()
+                .await?,
+        )
+    };
     println!(
         "| concurrency | rl checks/s | bare EVALSHA/s | rl / bare | rl p50 / p99 (µs) | bare p50 / p99 (µs) | rl with a deadpool pool: checks/s, p50 / p99 (µs) |"
     );
@@ -105,34 +135,43 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let theirs = {
             let (bare, script, state_key) = (bare.clone(), script.clone(), state_key.clone());
             measure(concurrency, seconds, move || {
-                let (mut bare, script, state_key) =
-                    (bare.clone(), script.clone(), state_key.clone());
+                let (bare, script, state_key) = (bare.clone(), script.clone(), state_key.clone());
                 async move {
-                    let _: Result<Vec<i64>, _> = script
+                    let mut invocation = script.prepare_invoke();
+                    invocation
                         .key(state_key)
                         .arg("c")
                         .arg(1)
                         .arg("")
                         .arg(quota.emission_interval_micros())
-                        .arg(quota.burst())
-                        .invoke_async(&mut bare)
-                        .await;
+                        .arg(quota.burst());
+                    let _: Result<Vec<i64>, _> = match bare {
+                        Bare::Single(mut c) => invocation.invoke_async(&mut c).await,
+                        Bare::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+                    };
                 }
             })
             .await
         };
-        let pool = {
-            let (store, key) = (pooled.clone(), key.clone());
-            measure(concurrency, seconds, move || {
-                let (store, key) = (store.clone(), key.clone());
-                async move {
-                    let _ = store.check(&key, &quota, 1).await;
-                }
-            })
-            .await
+        let pool = match &pooled {
+            Some(pooled) => {
+                let (store, key) = (pooled.clone(), key.clone());
+                let figures = measure(concurrency, seconds, move || {
+                    let (store, key) = (store.clone(), key.clone());
+                    async move {
+                        let _ = store.check(&key, &quota, 1).await;
+                    }
+                })
+                .await;
+                format!(
+                    "{:.0}, {} / {}",
+                    figures.per_second, figures.p50_us, figures.p99_us
+                )
+            }
+            None => "-".to_owned(),
         };
         println!(
-            "| {concurrency} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} | {:.0}, {} / {} |",
+            "| {concurrency} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} | {pool} |",
             ours.per_second,
             theirs.per_second,
             ours.per_second / theirs.per_second,
@@ -140,13 +179,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ours.p99_us,
             theirs.p50_us,
             theirs.p99_us,
-            pool.per_second,
-            pool.p50_us,
-            pool.p99_us
         );
     }
-    println!();
-    memory_usage(&store, &url).await?;
+    if !cluster {
+        println!();
+        memory_usage(&store, &url).await?;
+    }
     println!("EVALSHA {} {state_key}", script.get_hash());
     Ok(())
 }
