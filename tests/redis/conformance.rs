@@ -86,7 +86,38 @@ async fn the_memory_store_conforms() {
 #[tokio::test]
 async fn the_redis_store_conforms() {
     let server = RedisServer::start();
-    conformance(&crate::store(&server, "conformance").await).await;
+    let store = crate::store(&server, "conformance").await;
+    conformance(&store).await;
+    for algorithm in ALGORITHMS {
+        let quota = Quota::per_hour(5)
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
+        store
+            .check(&Key::from("left-behind"), &quota, 2)
+            .await
+            .unwrap();
+    }
+    // Every key written has a TTL: none stays forever.
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), ALGORITHMS.len(), "{keys:?}");
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl > 0, "{key} has no TTL ({ttl})");
+    }
 }
 
 #[tokio::test]
