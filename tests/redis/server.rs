@@ -182,3 +182,16 @@ async fn clock_skew_between_this_host_and_redis_is_measured() {
     let skew = store.measure_clock_skew().await.unwrap();
     assert!(skew.abs() < 50_000, "{skew} µs");
 }
+
+#[tokio::test]
+async fn a_check_future_is_small_enough_to_box_cheaply() {
+    // The layer boxes a Redis check's future on every request: kilobytes there cost a large
+    // allocation and a copy per request (the cluster client's future alone is several KiB).
+    let server = RedisServer::start();
+    let store = crate::store(&server, "size").await;
+    let (key, quota) = (Key::from(1u64), Quota::per_second(1).unwrap());
+    let future = store.check(&key, &quota, 1);
+    let size = std::mem::size_of_val(&future);
+    assert!(size < 1_024, "{size} bytes");
+    assert!(future.await.unwrap().is_allowed());
+}

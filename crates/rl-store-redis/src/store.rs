@@ -281,10 +281,15 @@ impl Connection {
         &self,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<Vec<i64>, StoreError> {
+        // Each arm's future is boxed: their sizes differ by kilobytes (the cluster client's is the
+        // largest), and a check's future would otherwise be as large as the largest of them.
         let result = match self.clone() {
-            Self::Single(mut c) => invocation.invoke_async(&mut c).await,
-            Self::Cluster(mut c) => invocation.invoke_async(&mut c).await,
-            Self::Pool(pool) => invocation.invoke_async(&mut checkout(&pool).await?).await,
+            Self::Single(mut c) => Box::pin(invocation.invoke_async(&mut c)).await,
+            Self::Cluster(mut c) => Box::pin(invocation.invoke_async(&mut c)).await,
+            Self::Pool(pool) => {
+                let mut c = Box::pin(checkout(&pool)).await?;
+                Box::pin(invocation.invoke_async(&mut c)).await
+            }
         };
         result.map_err(classify)
     }
@@ -422,7 +427,7 @@ impl RedisStore {
             .arg(now)
             .arg(figure)
             .arg(limit);
-        let reply = self.connection.invoke(invocation).await?;
+        let reply = Box::pin(self.connection.invoke(invocation)).await?;
         decision(&reply)
     }
 }
