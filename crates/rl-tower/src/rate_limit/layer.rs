@@ -286,7 +286,8 @@ where
                 cost: self.cost.clone(),
                 reject: self.reject.clone(),
                 config: self.config.clone(),
-                fixed: OnceLock::new(),
+                first_policy: OnceLock::new(),
+                missing_key_body: OnceLock::new(),
             }),
         )
     }

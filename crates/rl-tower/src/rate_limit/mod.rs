@@ -149,20 +149,10 @@ pub enum FailureMode {
 pub trait QuotaPolicy<B>: Clone + Send + Sync + 'static {
     /// The quota for `req`, or `None` to let it through unlimited.
     fn quota(&self, req: &Request<B>) -> Option<Quota>;
-
-    /// The quota every request gets, when it is always the same: lets the layer format its
-    /// headers once.
-    fn fixed(&self) -> Option<Quota> {
-        None
-    }
 }
 
 impl<B> QuotaPolicy<B> for Quota {
     fn quota(&self, _req: &Request<B>) -> Option<Quota> {
-        Some(*self)
-    }
-
-    fn fixed(&self) -> Option<Quota> {
         Some(*self)
     }
 }

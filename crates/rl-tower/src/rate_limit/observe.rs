@@ -26,12 +26,17 @@ impl Event {
     }
 }
 
-/// Counts `event` under `rl_requests_total{limit, outcome}`.
+/// Counts `event` under `rl_requests_total{limit, outcome}` (the name label shares the layer's
+/// string: no allocation per request).
 #[inline]
-pub(crate) fn count(name: &str, event: Event) {
+pub(crate) fn count(name: &std::sync::Arc<str>, event: Event) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("rl_requests_total", "limit" => name.to_owned(), "outcome" => event.label())
-        .increment(1);
+    metrics::counter!(
+        "rl_requests_total",
+        "limit" => metrics::SharedString::from_shared(std::sync::Arc::clone(name)),
+        "outcome" => event.label()
+    )
+    .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (name, event);
 }

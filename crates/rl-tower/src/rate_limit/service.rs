@@ -48,8 +48,11 @@ pub(crate) struct Shared<K, St, P, C, R> {
     pub(crate) cost: C,
     pub(crate) reject: R,
     pub(crate) config: Config,
-    /// The headers of the policy's fixed quota, formatted on first use.
-    pub(crate) fixed: OnceLock<Option<Arc<PolicyHeaders>>>,
+    /// The headers of the first quota this limit applied, formatted once: a fixed quota's,
+    /// or the commonest of a policy's (others are formatted per request).
+    pub(crate) first_policy: OnceLock<Arc<PolicyHeaders>>,
+    /// The body of a missing-key rejection, formatted once.
+    pub(crate) missing_key_body: OnceLock<Bytes>,
 }
 
 /// What the layer does with a request once the store has decided.
@@ -61,23 +64,19 @@ pub(crate) enum Outcome {
 }
 
 impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
-    fn policy_headers(&self, quota: Quota, fixed: Option<Quota>) -> Arc<PolicyHeaders> {
-        let cached = self.fixed.get_or_init(|| {
-            fixed.map(|q| {
-                Arc::new(PolicyHeaders::new(
-                    Arc::clone(&self.config.name),
-                    q,
-                    self.config.style,
-                ))
-            })
-        });
-        match cached {
-            Some(headers) if headers.quota == quota => Arc::clone(headers),
-            _ => Arc::new(PolicyHeaders::new(
+    fn policy_headers(&self, quota: Quota) -> Arc<PolicyHeaders> {
+        let format = || {
+            Arc::new(PolicyHeaders::new(
                 Arc::clone(&self.config.name),
                 quota,
                 self.config.style,
-            )),
+            ))
+        };
+        let first = self.first_policy.get_or_init(format);
+        if first.quota == quota {
+            Arc::clone(first)
+        } else {
+            format()
         }
     }
 
@@ -87,7 +86,6 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         result: Result<Decision, StoreError>,
         key: &Key,
         quota: Quota,
-        fixed: Option<Quota>,
         grpc: bool,
     ) -> Outcome {
         let config = &self.config;
@@ -96,7 +94,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
                 observe::count(&config.name, Event::Allowed);
                 let headers = config
                     .headers_on_allowed
-                    .then(|| (self.policy_headers(quota, fixed), info));
+                    .then(|| (self.policy_headers(quota), info));
                 return Outcome::Allow(headers);
             }
             Ok(Decision::Denied(info)) => (info, DenialReason::RateLimited),
@@ -114,7 +112,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         );
         #[cfg(not(feature = "tracing"))]
         let _ = key;
-        let headers = self.policy_headers(quota, fixed);
+        let headers = self.policy_headers(quota);
         if config.shadow {
             observe::count(&config.name, Event::ShadowDenied);
             return Outcome::Allow(Some((headers, info)));
@@ -142,7 +140,8 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             FailureMode::Closed => {
                 let mut response = status_response(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "The rate limiter is unavailable; retry shortly.",
+                    UNAVAILABLE_DETAIL,
+                    || Bytes::from_static(UNAVAILABLE_BODY),
                     grpc,
                 );
                 response
@@ -157,25 +156,40 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         observe::count(&self.config.name, Event::MissingKey);
         #[cfg(feature = "tracing")]
         tracing::debug!(limit = %self.config.name, "request has no rate-limit key");
-        status_response(
-            status,
-            "No rate-limit key could be derived from the request.",
-            grpc,
-        )
+        let body = || {
+            self.missing_key_body
+                .get_or_init(|| problem_body(status, MISSING_KEY_DETAIL))
+                .clone()
+        };
+        status_response(status, MISSING_KEY_DETAIL, body, grpc)
     }
 }
 
-/// A response with `status` and a `problem+json` body, or the matching gRPC status.
-fn status_response(status: StatusCode, detail: &'static str, grpc: bool) -> Response<Bytes> {
-    if grpc {
-        return response::grpc_status(response::grpc_code(status), detail);
-    }
-    let body = format!(
+const MISSING_KEY_DETAIL: &str = "No rate-limit key could be derived from the request.";
+const UNAVAILABLE_DETAIL: &str = "The rate limiter is unavailable; retry shortly.";
+const UNAVAILABLE_BODY: &[u8] = br#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limiter is unavailable; retry shortly."}"#;
+
+/// A `problem+json` body for `status` and `detail`.
+fn problem_body(status: StatusCode, detail: &str) -> Bytes {
+    Bytes::from(format!(
         r#"{{"type":"about:blank","title":"{}","status":{},"detail":"{detail}"}}"#,
         status.canonical_reason().unwrap_or("Error"),
         status.as_u16()
-    );
-    response::problem(status, Bytes::from(body))
+    ))
+}
+
+/// A response with `status` and a `problem+json` body (formatted once, by the caller), or the
+/// matching gRPC status.
+fn status_response(
+    status: StatusCode,
+    detail: &'static str,
+    body: impl FnOnce() -> Bytes,
+    grpc: bool,
+) -> Response<Bytes> {
+    if grpc {
+        return response::grpc_status(response::grpc_code(status), detail);
+    }
+    response::problem(status, body())
 }
 
 fn is_grpc<B>(req: &Request<B>) -> bool {
@@ -277,9 +291,8 @@ where
             };
         };
         let cost = shared.cost.cost(&req);
-        let fixed = shared.policy.fixed();
         if let Some(result) = shared.store.check_ready(&key, &quota, cost) {
-            return match shared.outcome(result, &key, quota, fixed, grpc) {
+            return match shared.outcome(result, &key, quota, grpc) {
                 Outcome::Allow(headers) => ResponseFuture::inner(self.inner.call(req), headers),
                 Outcome::Reject(response) => ResponseFuture::ready(response),
             };
@@ -291,7 +304,7 @@ where
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(Box::pin(async move {
             let result = shared.store.check(&key, &quota, cost).await;
-            match shared.outcome(result, &key, quota, fixed, grpc) {
+            match shared.outcome(result, &key, quota, grpc) {
                 Outcome::Allow(headers) => {
                     let response = inner.call(req).await?;
                     Ok(super::future::finish(response, headers))
