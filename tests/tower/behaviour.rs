@@ -234,3 +234,59 @@ async fn every_connection_of_a_real_server_shares_one_store() {
     assert_eq!(statuses, ["200", "200", "200", "429", "429"]);
     server.abort();
 }
+
+#[test]
+fn outcomes_are_counted_through_the_metrics_facade() {
+    use std::task::{Context, Waker};
+    use tower::{Layer, Service};
+
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::new(store, Quota::per_minute(1).unwrap(), PeerIp::new())
+        .name("api")
+        .unwrap();
+    let mut service = layer.layer(tower::service_fn(|_: Request<Body>| async {
+        Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+    }));
+    metrics::with_local_recorder(&recorder, || {
+        // The memory store decides inside `call`, where the local recorder is installed.
+        for request in [
+            get_from("192.0.2.1:1", "/", &[]),
+            get_from("192.0.2.1:1", "/", &[]),
+            Request::new(Body::empty()), // no peer address
+        ] {
+            let ready = service.poll_ready(&mut Context::from_waker(Waker::noop()));
+            assert!(ready.is_ready());
+            let _future = service.call(request);
+        }
+    });
+    let mut counts: Vec<(String, u64)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let metrics_util::debugging::DebugValue::Counter(n) = value else {
+                panic!("not a counter")
+            };
+            (format!("{} {}", key.key().name(), labels.join(",")), n)
+        })
+        .collect();
+    counts.sort();
+    assert_eq!(
+        counts,
+        [
+            ("rl_requests_total limit=api,outcome=allowed".to_owned(), 1),
+            ("rl_requests_total limit=api,outcome=denied".to_owned(), 1),
+            (
+                "rl_requests_total limit=api,outcome=missing_key".to_owned(),
+                1
+            ),
+        ]
+    );
+}
