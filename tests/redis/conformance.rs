@@ -125,7 +125,7 @@ async fn the_redis_cluster_store_conforms() {
     let cluster = tests::redis_server::RedisCluster::start();
     let store = rl_store_redis::RedisConfig::cluster(cluster.urls())
         .prefix("conformance")
-        .response_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(10))
         .connect()
         .await
         .unwrap();
@@ -182,7 +182,7 @@ async fn the_redis_pool_store_conforms() {
     let store = rl_store_redis::RedisConfig::new(server.url())
         .pool(4)
         .prefix("pool")
-        .response_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(10))
         .connect()
         .await
         .unwrap();

@@ -13,7 +13,7 @@ async fn store(server: &RedisServer, prefix: &str) -> RedisStore {
     // Generous: debug builds of 50 concurrent tasks on two cores are slow.
     RedisConfig::new(server.url())
         .prefix(prefix)
-        .response_timeout(std::time::Duration::from_secs(10))
+        .timeout(std::time::Duration::from_secs(10))
         .connect()
         .await
         .unwrap()

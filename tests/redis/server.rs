@@ -37,7 +37,7 @@ fn two_runtimes_of_16_connections_admit_exactly_the_limit_on_one_key() {
                     for _ in 0..16 {
                         // Each its own connection.
                         let store = rl_store_redis::RedisConfig::new(url.clone())
-                            .response_timeout(Duration::from_secs(10))
+                            .timeout(Duration::from_secs(10))
                             .connect()
                             .await
                             .unwrap();

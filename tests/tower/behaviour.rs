@@ -188,8 +188,8 @@ impl Store for Broken {
 #[tokio::test]
 async fn store_failures_follow_the_failure_mode() {
     for (mode, expected) in [
-        (FailureMode::Open, StatusCode::OK),
-        (FailureMode::Closed, StatusCode::SERVICE_UNAVAILABLE),
+        (FailureMode::open(), StatusCode::OK),
+        (FailureMode::closed(), StatusCode::SERVICE_UNAVAILABLE),
     ] {
         let layer = RateLimitLayer::new(Broken, Quota::per_minute(1).unwrap(), PeerIp::new())
             .on_store_error(mode);

@@ -85,7 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let store = config
         .prefix("bench")
-        .response_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5))
         .connect()
         .await?;
     let quota = Quota::per_second(1_000_000)?;
@@ -110,12 +110,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         None
     } else {
         let config = RedisConfig::new(url.clone()).prefix("bench").pool(64);
-        Some(
-            config
-                .response_timeout(Duration::from_secs(5))
-                .connect()
-                .await?,
-        )
+        Some(config.timeout(Duration::from_secs(5)).connect().await?)
     };
     println!(
         "| concurrency | rl checks/s | bare EVALSHA/s | rl / bare | rl p50 / p99 (µs) | bare p50 / p99 (µs) | rl with a deadpool pool: checks/s, p50 / p99 (µs) |"

@@ -34,6 +34,8 @@ pub enum StoreErrorKind {
     CorruptState,
     /// The request itself was invalid for this store (a quota it cannot express, say).
     InvalidInput,
+    /// A circuit breaker in front of the store is open: the store was not asked.
+    CircuitOpen,
     /// Anything else.
     Other,
 }
@@ -58,6 +60,7 @@ impl StoreErrorKind {
                 | Self::OutOfMemory
                 | Self::ReadOnly
                 | Self::ClusterDown
+                | Self::CircuitOpen
                 | Self::Other
         )
     }
@@ -74,6 +77,7 @@ impl StoreErrorKind {
             Self::Script => "store script failed",
             Self::CorruptState => "store holds unexpected data for the key",
             Self::InvalidInput => "invalid request to the store",
+            Self::CircuitOpen => "store circuit breaker is open",
             Self::Other => "store error",
         }
     }

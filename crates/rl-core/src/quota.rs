@@ -1,6 +1,7 @@
 //! [`Quota`]: how much a key may do, how fast it refills, and with which [`Algorithm`].
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -346,6 +347,33 @@ impl Quota {
     #[must_use]
     pub const fn tolerance_micros(&self) -> u64 {
         self.interval_micros * self.burst as u64
+    }
+
+    /// One of `n` equal shares of this quota, each rounded up: the quota each of `n` gateways
+    /// enforces alone when they cannot share state, or each of `n` sub-counters of a hot key.
+    /// Together the `n` shares admit at most `n - 1` more than the whole, per period and at
+    /// once (`n × ⌈count / n⌉ ≤ count + n - 1`); no share is ever below 1.
+    ///
+    /// ```
+    /// use rl_core::Quota;
+    /// use std::num::NonZeroU32;
+    ///
+    /// let quota = Quota::per_second(100)?.with_burst(10)?;
+    /// let share = quota.share(NonZeroU32::new(4).unwrap());
+    /// assert_eq!((share.count(), share.burst()), (25, 3));
+    /// assert_eq!(share.period(), quota.period());
+    /// # Ok::<(), rl_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    pub fn share(self, n: NonZeroU32) -> Self {
+        let n = n.get();
+        let smaller = Self {
+            count: self.count.div_ceil(n),
+            burst: self.burst.div_ceil(n),
+            ..self
+        };
+        // Smaller figures over the same period pass every check the whole passed.
+        smaller.validated().unwrap_or(self)
     }
 
     /// Checks the figures and fills in the derived interval.

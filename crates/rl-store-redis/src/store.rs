@@ -19,7 +19,7 @@ use crate::script::{script, state_key};
 ///
 /// let config = RedisConfig::new("redis://127.0.0.1:6379")
 ///     .prefix("api-limits")
-///     .response_timeout(Duration::from_millis(50));
+///     .timeout(Duration::from_millis(20));
 /// # drop(config);
 /// ```
 #[derive(Clone, Debug)]
@@ -30,13 +30,13 @@ pub struct RedisConfig {
     pool: Option<usize>,
     prefix: String,
     connect_timeout: Duration,
-    response_timeout: Duration,
+    timeout: Duration,
     skew_warning: Duration,
 }
 
 impl RedisConfig {
-    /// Redis at `url` (`redis://host:port/db`), key prefix `rl`, connect timeout 1 s, response
-    /// timeout 100 ms.
+    /// Redis at `url` (`redis://host:port/db`), key prefix `rl`, a deadline of 50 ms per call,
+    /// connect timeout 1 s.
     ///
     /// ```
     /// let config = rl_store_redis::RedisConfig::new("redis://127.0.0.1:6379");
@@ -49,7 +49,7 @@ impl RedisConfig {
             pool: None,
             prefix: "rl".to_owned(),
             connect_timeout: Duration::from_secs(1),
-            response_timeout: Duration::from_millis(100),
+            timeout: DEFAULT_TIMEOUT,
             skew_warning: Duration::from_millis(100),
         }
     }
@@ -77,7 +77,7 @@ impl RedisConfig {
     /// multiplexed connection. Measured here (BENCHMARKS.md), the multiplexed connection is
     /// faster: every checkout from the pool costs a round trip of its own (deadpool pings a
     /// connection before handing it out). A pool isolates slow scripts from one another, and
-    /// its checkouts wait at most the response timeout; creating and recycling a connection at
+    /// its checkouts count against the call's [deadline](Self::timeout); creating and recycling a connection at
     /// most the connect timeout.
     ///
     /// ```
@@ -100,7 +100,8 @@ impl RedisConfig {
         self
     }
 
-    /// How long to wait for a connection (default 1 s).
+    /// How long one attempt to open a connection may take (default 1 s). A call never waits
+    /// past its [deadline](Self::timeout) for it: the attempt goes on for the calls after.
     ///
     /// ```
     /// use std::time::Duration;
@@ -113,17 +114,20 @@ impl RedisConfig {
         self
     }
 
-    /// How long to wait for a reply (default 100 ms): past it, the check fails with
-    /// [`StoreErrorKind::Timeout`].
+    /// The deadline of every call, from its start to its decision (default 50 ms): waiting for a
+    /// pooled connection, reconnecting, reloading a flushed script and the round trip all count.
+    /// Past it, the call fails with [`StoreErrorKind::Timeout`] and the layer's failure mode
+    /// answers. Redis answers a healthy check in well under a millisecond; the deadline is for
+    /// a Redis that is stopped, paused, busy or unreachable.
     ///
     /// ```
     /// use std::time::Duration;
     /// let config = rl_store_redis::RedisConfig::new("redis://127.0.0.1")
-    ///     .response_timeout(Duration::from_millis(20));
+    ///     .timeout(Duration::from_millis(20));
     /// # drop(config);
     /// ```
-    pub const fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+    pub const fn timeout(mut self, deadline: Duration) -> Self {
+        self.timeout = deadline;
         self
     }
 
@@ -142,13 +146,13 @@ impl RedisConfig {
         self
     }
 
-    /// Connects, and measures the clock skew once.
+    /// Connects, checks that Redis answers within the [deadline](Self::timeout), and
+    /// measures the clock skew once: for a service that should not start without Redis.
     ///
     /// # Errors
     ///
-    /// A [`StoreError`] of kind [`InvalidInput`](StoreErrorKind::InvalidInput) (with a
-    /// [`ConfigError`] as its source) for a bad URL or prefix, or of kind
-    /// [`Connection`](StoreErrorKind::Connection) / [`Timeout`](StoreErrorKind::Timeout) when
+    /// As [`build`](Self::build), and a [`StoreError`] of kind
+    /// [`Connection`](StoreErrorKind::Connection) or [`Timeout`](StoreErrorKind::Timeout) when
     /// Redis cannot be reached.
     ///
     /// ```no_run
@@ -157,6 +161,30 @@ impl RedisConfig {
     /// # drop(store); Ok(()) }
     /// ```
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        let store = self.build()?;
+        store.measure_clock_skew().await?;
+        Ok(store)
+    }
+
+    /// The store, without touching the network: it connects on its first call, and a call
+    /// made while Redis is down fails within its deadline (so the layer's failure mode
+    /// answers) until Redis is up. For a service that must start, and serve, without Redis.
+    /// Call it from within a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] of kind [`InvalidInput`](StoreErrorKind::InvalidInput), with a
+    /// [`ConfigError`] as its source, for a bad URL or prefix or when called outside a Tokio
+    /// runtime.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), rl_core::StoreError> {
+    /// // Nothing listens on port 1: building still succeeds.
+    /// let store = rl_store_redis::RedisConfig::new("redis://127.0.0.1:1").build()?;
+    /// # drop(store); Ok(()) }
+    /// ```
+    pub fn build(self) -> Result<RedisStore, StoreError> {
         let invalid =
             |error: ConfigError| StoreError::with_source(StoreErrorKind::InvalidInput, error);
         let prefix_ok = !self.prefix.is_empty()
@@ -170,7 +198,10 @@ impl RedisConfig {
                 prefix: self.prefix,
             }));
         }
-        let bad_url = |e: redis::RedisError| {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(invalid(ConfigError::NoRuntime));
+        }
+        let bad_url = |e: &dyn fmt::Display| {
             invalid(ConfigError::InvalidUrl {
                 url: self.url.clone(),
                 reason: e.to_string(),
@@ -179,47 +210,45 @@ impl RedisConfig {
         let connection = if let Some(max_size) = self.pool {
             let mut config = deadpool_redis::Config::from_url(self.url.clone());
             let mut pool = deadpool_redis::PoolConfig::new(max_size.max(1));
-            pool.timeouts.wait = Some(self.response_timeout);
+            pool.timeouts.wait = Some(self.timeout);
             pool.timeouts.create = Some(self.connect_timeout);
             pool.timeouts.recycle = Some(self.connect_timeout);
             config.pool = Some(pool);
             let pool = config
                 .create_pool(Some(deadpool_redis::Runtime::Tokio1))
-                .map_err(|e| {
-                    invalid(ConfigError::InvalidUrl {
-                        url: self.url.clone(),
-                        reason: e.to_string(),
-                    })
-                })?;
+                .map_err(|e| bad_url(&e))?;
             Connection::Pool(pool)
         } else if let Some(nodes) = &self.cluster {
             let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
                 .connection_timeout(self.connect_timeout)
-                .response_timeout(self.response_timeout)
+                .response_timeout(self.timeout)
                 .build()
-                .map_err(bad_url)?;
-            Connection::Cluster(client.get_async_connection().await.map_err(classify)?)
+                .map_err(|e| bad_url(&e))?;
+            Connection::Cluster(Arc::new(LazyCluster {
+                client,
+                connection: tokio::sync::OnceCell::new(),
+            }))
         } else {
-            let client = redis::Client::open(self.url.as_str()).map_err(bad_url)?;
+            let client = redis::Client::open(self.url.as_str()).map_err(|e| bad_url(&e))?;
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(self.connect_timeout))
-                .set_response_timeout(Some(self.response_timeout))
+                .set_response_timeout(Some(self.timeout))
                 .set_number_of_retries(1);
             Connection::Single(
-                ConnectionManager::new_with_config(client, config)
-                    .await
-                    .map_err(classify)?,
+                ConnectionManager::new_lazy_with_config(client, config).map_err(|e| bad_url(&e))?,
             )
         };
-        let store = RedisStore {
+        Ok(RedisStore {
             connection,
             prefix: Arc::from(self.prefix),
+            timeout: self.timeout,
             skew_warning: self.skew_warning,
-        };
-        store.measure_clock_skew().await?;
-        Ok(store)
+        })
     }
 }
+
+/// The default deadline of a call: see [`RedisConfig::timeout`].
+const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// A configuration that cannot work; the source of an
 /// [`InvalidInput`](StoreErrorKind::InvalidInput) error from [`RedisConfig::connect`].
@@ -243,6 +272,8 @@ pub enum ConfigError {
         /// The prefix given.
         prefix: String,
     },
+    /// [`RedisConfig::build`] was called outside a Tokio runtime.
+    NoRuntime,
 }
 
 impl fmt::Display for ConfigError {
@@ -253,6 +284,7 @@ impl fmt::Display for ConfigError {
                 f,
                 "invalid key prefix {prefix:?}: use 1 to 64 bytes without braces or whitespace"
             ),
+            Self::NoRuntime => f.write_str("build the Redis store from within a Tokio runtime"),
         }
     }
 }
@@ -265,6 +297,7 @@ impl std::error::Error for ConfigError {}
 pub struct RedisStore {
     connection: Connection,
     prefix: Arc<str>,
+    timeout: Duration,
     skew_warning: Duration,
 }
 
@@ -272,8 +305,24 @@ pub struct RedisStore {
 #[derive(Clone)]
 enum Connection {
     Single(ConnectionManager),
-    Cluster(redis::cluster_async::ClusterConnection),
+    Cluster(Arc<LazyCluster>),
     Pool(deadpool_redis::Pool),
+}
+
+/// The cluster client connects on first use (it has no lazy mode of its own); until a
+/// connection succeeds, every call tries anew.
+struct LazyCluster {
+    client: redis::cluster::ClusterClient,
+    connection: tokio::sync::OnceCell<redis::cluster_async::ClusterConnection>,
+}
+
+impl LazyCluster {
+    async fn get(&self) -> redis::RedisResult<redis::cluster_async::ClusterConnection> {
+        self.connection
+            .get_or_try_init(|| self.client.get_async_connection())
+            .await
+            .cloned()
+    }
 }
 
 impl Connection {
@@ -285,7 +334,10 @@ impl Connection {
         // largest), and a check's future would otherwise be as large as the largest of them.
         let result = match self.clone() {
             Self::Single(mut c) => Box::pin(invocation.invoke_async(&mut c)).await,
-            Self::Cluster(mut c) => Box::pin(invocation.invoke_async(&mut c)).await,
+            Self::Cluster(lazy) => {
+                let mut c = Box::pin(lazy.get()).await.map_err(classify)?;
+                Box::pin(invocation.invoke_async(&mut c)).await
+            }
             Self::Pool(pool) => {
                 let mut c = Box::pin(checkout(&pool)).await?;
                 Box::pin(invocation.invoke_async(&mut c)).await
@@ -297,14 +349,16 @@ impl Connection {
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
         let result = match self.clone() {
             Self::Single(mut c) => cmd.query_async(&mut c).await,
-            Self::Cluster(mut c) => cmd.query_async(&mut c).await,
+            Self::Cluster(lazy) => {
+                cmd.query_async(&mut lazy.get().await.map_err(classify)?)
+                    .await
+            }
             Self::Pool(pool) => cmd.query_async(&mut checkout(&pool).await?).await,
         };
         result.map_err(classify)
     }
 }
 
-/// A connection from the pool, or why there is none.
 async fn checkout(pool: &deadpool_redis::Pool) -> Result<deadpool_redis::Connection, StoreError> {
     pool.get().await.map_err(|error| match error {
         deadpool_redis::PoolError::Backend(error) => classify(error),
@@ -377,7 +431,9 @@ impl RedisStore {
                 .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
         };
         let before = local();
-        let (secs, micros): (i64, i64) = self.connection.query(&redis::cmd("TIME")).await?;
+        let (secs, micros): (i64, i64) = self
+            .within(self.connection.query(&redis::cmd("TIME")))
+            .await?;
         let after = local();
         let redis = secs.saturating_mul(1_000_000).saturating_add(micros);
         let skew = redis.saturating_sub(before / 2 + after / 2);
@@ -398,6 +454,17 @@ impl RedisStore {
     /// # Errors
     ///
     /// As for [`Store::check`].
+    /// `call`, failing with [`StoreErrorKind::Timeout`] past the deadline.
+    async fn within<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result,
+            Err(elapsed) => Err(StoreError::with_source(StoreErrorKind::Timeout, elapsed)),
+        }
+    }
+
     #[doc(hidden)]
     pub async fn check_at(
         &self,
@@ -427,7 +494,7 @@ impl RedisStore {
             .arg(now)
             .arg(figure)
             .arg(limit);
-        let reply = Box::pin(self.connection.invoke(invocation)).await?;
+        let reply = Box::pin(self.within(self.connection.invoke(invocation))).await?;
         decision(&reply)
     }
 }
@@ -470,7 +537,7 @@ impl Store for RedisStore {
     async fn reset(&self, key: &Key, quota: &Quota) -> Result<(), StoreError> {
         let mut del = redis::cmd("DEL");
         del.arg(self.state_key(key, quota));
-        self.connection.query::<()>(&del).await
+        self.within(self.connection.query::<()>(&del)).await
     }
 }
 

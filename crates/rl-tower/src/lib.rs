@@ -60,6 +60,7 @@
 //! MSRV: Rust 1.89.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod breaker;
 pub mod key;
 pub mod rate_limit;
 

@@ -210,12 +210,12 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
         self
     }
 
-    /// What to do when the store cannot decide (default [`FailureMode::Open`]).
+    /// What to do when the store cannot decide (default [`FailureMode::open`]).
     ///
     /// ```
     /// use rl_tower::{key::Global, rate_limit::FailureMode, MemoryStore, Quota, RateLimitLayer};
     /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
-    ///     .on_store_error(FailureMode::Closed);
+    ///     .on_store_error(FailureMode::closed());
     /// # drop(layer);
     /// # Ok::<(), rl_tower::QuotaError>(())
     /// ```

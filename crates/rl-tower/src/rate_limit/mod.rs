@@ -53,6 +53,7 @@
 //! strictest decision (the fewest remaining) sets the headers.
 
 mod body;
+mod failure;
 pub mod future;
 mod layer;
 mod observe;
@@ -63,6 +64,7 @@ use http::{Request, StatusCode};
 use rl_core::Quota;
 
 pub use body::ResponseBody;
+pub use failure::FailureMode;
 pub use layer::{InvalidPolicyName, RateLimitLayer};
 pub use response::{DefaultRejection, DenialReason, Denied, Rejection};
 pub use service::RateLimit;
@@ -108,23 +110,6 @@ impl Default for MissingKey {
     fn default() -> Self {
         Self::Reject(StatusCode::BAD_REQUEST)
     }
-}
-
-/// What to do when the store cannot decide (Redis down, timed out, ...).
-///
-/// ```
-/// use rl_tower::rate_limit::FailureMode;
-/// assert_eq!(FailureMode::default(), FailureMode::Open);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FailureMode {
-    /// Let the request through (availability first).
-    #[default]
-    Open,
-    /// Answer `503 Service Unavailable` with `Retry-After: 1` (never a 429: the client did
-    /// nothing wrong).
-    Closed,
 }
 
 /// Which quota applies to a request: a fixed [`Quota`], or a closure

@@ -8,6 +8,7 @@ use rl_core::{Decision, Key, Quota, Store, StoreError};
 use tower_service::Service;
 
 use super::body::ResponseBody;
+use super::failure::Failed;
 use super::future::ResponseFuture;
 use super::observe::{self, Event};
 use super::response::{self, DenialReason, Denied, PolicyHeaders};
@@ -86,6 +87,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         result: Result<Decision, StoreError>,
         key: &Key,
         quota: Quota,
+        cost: u32,
         grpc: bool,
     ) -> Outcome {
         let config = &self.config;
@@ -99,7 +101,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             }
             Ok(Decision::Denied(info)) => (info, DenialReason::RateLimited),
             Ok(Decision::InsufficientCapacity(info)) => (info, DenialReason::InsufficientCapacity),
-            Err(error) => return self.store_failed(&error, grpc),
+            Err(error) => return self.store_failed(&error, key, quota, cost, grpc),
         };
         #[cfg(feature = "tracing")]
         tracing::debug!(
@@ -129,15 +131,25 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         Outcome::Reject(response::finish_rejection(rejection, &denied, &headers))
     }
 
-    fn store_failed(&self, error: &StoreError, grpc: bool) -> Outcome {
+    fn store_failed(
+        &self,
+        error: &StoreError,
+        key: &Key,
+        quota: Quota,
+        cost: u32,
+        grpc: bool,
+    ) -> Outcome {
         observe::count(&self.config.name, Event::StoreError);
+        // Per request at debug only: a down store fails every request, and the circuit breaker
+        // logs its transitions once each.
         #[cfg(feature = "tracing")]
-        tracing::warn!(limit = %self.config.name, %error, mode = ?self.config.failure, "rate-limit store failed");
+        tracing::debug!(limit = %self.config.name, %error, mode = ?self.config.failure, "rate-limit store failed");
         #[cfg(not(feature = "tracing"))]
         let _ = error;
-        match self.config.failure {
-            FailureMode::Open => Outcome::Allow(None),
-            FailureMode::Closed => {
+        match self.config.failure.on_failure(key, &quota, cost) {
+            Failed::Pass => Outcome::Allow(None),
+            Failed::Decided(decision) => self.outcome(Ok(decision), key, quota, cost, grpc),
+            Failed::Unavailable => {
                 let mut response = status_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     UNAVAILABLE_DETAIL,
@@ -292,7 +304,7 @@ where
         };
         let cost = shared.cost.cost(&req);
         if let Some(result) = shared.store.check_ready(&key, &quota, cost) {
-            return match shared.outcome(result, &key, quota, grpc) {
+            return match shared.outcome(result, &key, quota, cost, grpc) {
                 Outcome::Allow(headers) => ResponseFuture::inner(self.inner.call(req), headers),
                 Outcome::Reject(response) => ResponseFuture::ready(response),
             };
@@ -304,7 +316,7 @@ where
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(Box::pin(async move {
             let result = shared.store.check(&key, &quota, cost).await;
-            match shared.outcome(result, &key, quota, grpc) {
+            match shared.outcome(result, &key, quota, cost, grpc) {
                 Outcome::Allow(headers) => {
                     let response = inner.call(req).await?;
                     Ok(super::future::finish(response, headers))
