@@ -64,6 +64,8 @@ fn mapped_written(written: &str, client: IpAddr) -> bool {
         })
 }
 
+pub mod proxy;
+
 pub mod redis_server {
     //! A `redis-server` of the test's own, on a free loopback port, stopped on drop.
 
@@ -79,6 +81,7 @@ pub mod redis_server {
         child: Child,
         port: u16,
         dir: PathBuf,
+        args: Vec<String>,
     }
 
     impl RedisServer {
@@ -90,28 +93,27 @@ pub mod redis_server {
         /// within 10 s.
         #[must_use]
         pub fn start() -> Self {
-            let port = free_port();
+            Self::start_with(free_port(), &[])
+        }
+
+        /// Starts a server on `port` with extra `redis-server` arguments (`--maxmemory 1mb`).
+        ///
+        /// # Panics
+        ///
+        /// As [`start`](Self::start).
+        #[must_use]
+        pub fn start_with(port: u16, args: &[&str]) -> Self {
             let dir = std::env::temp_dir().join(format!("rl-redis-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("create the server's directory");
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-                .args(["--appendonly", "no", "--dir"])
-                .arg(&dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| {
-                    panic!("cannot start redis-server ({e}): install it (apt-get install redis-server) or run scripts/test, which does")
-                });
-            let server = Self { child, port, dir };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !server.answers_ping() {
-                assert!(
-                    Instant::now() < deadline,
-                    "redis-server on port {port} did not start"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            let args: Vec<String> = args.iter().map(ToString::to_string).collect();
+            let child = spawn(port, &dir, &args);
+            let server = Self {
+                child,
+                port,
+                dir,
+                args,
+            };
+            server.wait_until_up();
             server
         }
 
@@ -121,23 +123,114 @@ pub mod redis_server {
             format!("redis://127.0.0.1:{}", self.port)
         }
 
-        fn answers_ping(&self) -> bool {
-            let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
-                return false;
-            };
-            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-            let mut reply = [0; 7];
-            stream.write_all(b"PING\r\n").is_ok()
-                && stream.read_exact(&mut reply).is_ok()
-                && &reply == b"+PONG\r\n"
+        /// The server's port.
+        #[must_use]
+        pub const fn port(&self) -> u16 {
+            self.port
         }
+
+        /// Kills the server with SIGKILL: no reply, no goodbye, state gone.
+        pub fn kill(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+
+        /// Starts the server again on the same port (empty: nothing is saved).
+        ///
+        /// # Panics
+        ///
+        /// As [`start`](Self::start).
+        pub fn restart(&mut self) {
+            self.kill();
+            self.child = spawn(self.port, &self.dir, &self.args);
+            self.wait_until_up();
+        }
+
+        /// Sends SIGSTOP: the process freezes, its sockets stay open, nothing answers.
+        pub fn freeze(&self) {
+            self.signal("-STOP");
+        }
+
+        /// Sends SIGCONT after [`freeze`](Self::freeze).
+        pub fn thaw(&self) {
+            self.signal("-CONT");
+        }
+
+        fn signal(&self, signal: &str) {
+            let status = Command::new("kill")
+                .args([signal, &self.child.id().to_string()])
+                .status()
+                .expect("run kill");
+            assert!(status.success(), "kill {signal} failed");
+        }
+
+        /// Runs `cmd` on a connection of its own and returns the reply.
+        ///
+        /// # Errors
+        ///
+        /// The server's error reply, or a connection error.
+        pub fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+            let client = redis::Client::open(self.url())?;
+            let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
+            cmd.query(&mut connection)
+        }
+
+        /// Runs `cmd` on a connection of its own from a thread, without waiting for it: for
+        /// commands that block the server (`DEBUG SLEEP`, an endless script).
+        pub fn query_in_background(&self, cmd: redis::Cmd) -> std::thread::JoinHandle<()> {
+            let url = self.url();
+            std::thread::spawn(move || {
+                if let Ok(mut connection) =
+                    redis::Client::open(url).and_then(|c| c.get_connection())
+                {
+                    let _: redis::RedisResult<redis::Value> = cmd.query(&mut connection);
+                }
+            })
+        }
+
+        fn wait_until_up(&self) {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !ping(self.port) {
+                assert!(
+                    Instant::now() < deadline,
+                    "redis-server on port {} did not start",
+                    self.port
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    fn spawn(port: u16, dir: &std::path::Path, args: &[String]) -> Child {
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--dir"])
+            .arg(dir)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start redis-server ({e}): install it (apt-get install redis-server) or run scripts/test, which does")
+            })
     }
 
     impl Drop for RedisServer {
         fn drop(&mut self) {
+            self.thaw_quietly();
             let _ = self.child.kill();
             let _ = self.child.wait();
             let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    impl RedisServer {
+        /// A frozen process dies of SIGKILL too, but say SIGCONT first so that nothing lingers.
+        fn thaw_quietly(&self) {
+            let _ = Command::new("kill")
+                .args(["-CONT", &self.child.id().to_string()])
+                .stderr(Stdio::null())
+                .status();
         }
     }
 
@@ -179,7 +272,10 @@ pub mod redis_server {
                         "",
                     ])
                     .args(["--appendonly", "no", "--cluster-enabled", "yes"])
-                    .args(["--cluster-node-timeout", "2000", "--dir"])
+                    .args(["--cluster-node-timeout", "2000"])
+                    // Replicas sync at once, and may take over whatever their data's age.
+                    .args(["--repl-diskless-sync-delay", "0"])
+                    .args(["--cluster-replica-validity-factor", "0", "--dir"])
                     .arg(&node_dir)
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
@@ -219,6 +315,17 @@ pub mod redis_server {
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
+            // A replica can take over only once it has synced with its master.
+            for &port in &cluster.ports {
+                loop {
+                    let info = command(port, "INFO replication\r\n");
+                    if info.contains("role:master") || info.contains("master_link_status:up") {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "a replica did not sync");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
             cluster
         }
 
@@ -235,6 +342,144 @@ pub mod redis_server {
                 .iter()
                 .map(|p| format!("redis://127.0.0.1:{p}"))
                 .collect()
+        }
+    }
+
+    impl RedisCluster {
+        /// Runs `cmd` on node `node` (0 to 5).
+        ///
+        /// # Errors
+        ///
+        /// The node's error reply, or a connection error.
+        pub fn query<T: redis::FromRedisValue>(
+            &self,
+            node: usize,
+            cmd: &redis::Cmd,
+        ) -> redis::RedisResult<T> {
+            let url = format!("redis://127.0.0.1:{}", self.ports[node]);
+            let mut connection =
+                redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(2))?;
+            cmd.query(&mut connection)
+        }
+
+        /// The node (index) and node ID of the master serving `slot`, as node `asking` sees
+        /// it; `None` while no master that is not failing serves it.
+        ///
+        /// # Panics
+        ///
+        /// When `asking` does not answer.
+        #[must_use]
+        pub fn master_of(&self, slot: u16, asking: usize) -> Option<(usize, String)> {
+            let nodes: String = self
+                .query(asking, redis::cmd("CLUSTER").arg("NODES"))
+                .expect("CLUSTER NODES");
+            for line in nodes.lines() {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                if fields.len() < 8 || !fields[2].contains("master") || fields[2].contains("fail") {
+                    continue;
+                }
+                let serves = fields[8..].iter().any(|range| {
+                    let mut ends = range.split('-').map(|n| n.parse::<u16>().ok());
+                    match (ends.next().flatten(), ends.next()) {
+                        (Some(start), None) => start == slot,
+                        (Some(start), Some(Some(end))) => (start..=end).contains(&slot),
+                        _ => false,
+                    }
+                });
+                if serves {
+                    let port: u16 = fields[1]
+                        .split(['@', ':'])
+                        .nth(1)
+                        .and_then(|p| p.parse().ok())
+                        .expect("a node's port");
+                    let index = self
+                        .ports
+                        .iter()
+                        .position(|&p| p == port)
+                        .expect("our node");
+                    return Some((index, fields[0].to_owned()));
+                }
+            }
+            None
+        }
+
+        /// The node ID of node `node`.
+        ///
+        /// # Panics
+        ///
+        /// When the node does not answer.
+        #[must_use]
+        pub fn node_id(&self, node: usize) -> String {
+            self.query(node, redis::cmd("CLUSTER").arg("MYID"))
+                .expect("CLUSTER MYID")
+        }
+
+        /// Kills node `node` with SIGKILL.
+        pub fn kill(&mut self, node: usize) {
+            let _ = self.nodes[node].kill();
+            let _ = self.nodes[node].wait();
+        }
+
+        /// Moves `slot`, with its keys, from master `from` to master `to`, the way
+        /// `redis-cli --cluster reshard` does: IMPORTING / MIGRATING, `MIGRATE` in batches,
+        /// then `SETSLOT NODE` on every master. Clients meanwhile get `ASK` and `MOVED`.
+        ///
+        /// # Panics
+        ///
+        /// When a step fails.
+        pub fn migrate_slot(&self, slot: u16, from: usize, to: usize, pause_between: Duration) {
+            let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+            let setslot = |node: usize, how: &str, id: &str| {
+                let _: () = self
+                    .query(
+                        node,
+                        redis::cmd("CLUSTER")
+                            .arg("SETSLOT")
+                            .arg(slot)
+                            .arg(how)
+                            .arg(id),
+                    )
+                    .unwrap_or_else(|e| panic!("SETSLOT {how} on node {node}: {e}"));
+            };
+            setslot(to, "IMPORTING", &from_id);
+            setslot(from, "MIGRATING", &to_id);
+            loop {
+                let keys: Vec<String> = self
+                    .query(
+                        from,
+                        redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(10),
+                    )
+                    .expect("GETKEYSINSLOT");
+                if keys.is_empty() {
+                    break;
+                }
+                let mut migrate = redis::cmd("MIGRATE");
+                migrate
+                    .arg("127.0.0.1")
+                    .arg(self.ports[to])
+                    .arg("")
+                    .arg(0)
+                    .arg(5_000)
+                    .arg("KEYS")
+                    .arg(&keys);
+                let _: redis::Value = self.query(from, &migrate).expect("MIGRATE");
+                std::thread::sleep(pause_between);
+            }
+            // The new owner first, then the old, then everyone (as redis-cli does).
+            setslot(to, "NODE", &to_id);
+            setslot(from, "NODE", &to_id);
+            for node in 0..self.ports.len() {
+                if node != from && node != to {
+                    let _: redis::RedisResult<()> = self.query(
+                        node,
+                        redis::cmd("CLUSTER")
+                            .arg("SETSLOT")
+                            .arg(slot)
+                            .arg("NODE")
+                            .arg(&to_id),
+                    );
+                }
+            }
         }
     }
 
@@ -284,7 +529,12 @@ pub mod redis_server {
     }
 
     /// A loopback port nothing listens on now (the OS picks it).
-    fn free_port() -> u16 {
+    ///
+    /// # Panics
+    ///
+    /// When the OS has none to give.
+    #[must_use]
+    pub fn free_port() -> u16 {
         TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())

@@ -5,25 +5,64 @@ use std::sync::LazyLock;
 
 use rl_core::{Algorithm, KeyRepr, Quota};
 
+/// A Lua script: its source (sent with `EVAL` when Redis lacks it) and its SHA-1 (for
+/// `EVALSHA`, the usual path).
+pub(crate) struct Lua {
+    pub(crate) source: &'static str,
+    pub(crate) sha: String,
+}
+
+/// One run of a script: its key and arguments.
+pub(crate) struct Call<'a> {
+    pub(crate) key: &'a str,
+    /// `c` (check) or `p` (peek).
+    pub(crate) mode: &'a str,
+    pub(crate) cost: u32,
+    /// The time in µs, or `None` for the server's `TIME` (tests pass their own).
+    pub(crate) now: Option<u64>,
+    pub(crate) figure: u64,
+    pub(crate) limit: u64,
+}
+
+impl Lua {
+    /// `EVALSHA sha` (`by_sha`) or `EVAL source`, for `call`.
+    pub(crate) fn command(&self, by_sha: bool, call: &Call<'_>) -> redis::Cmd {
+        let mut cmd = redis::cmd(if by_sha { "EVALSHA" } else { "EVAL" });
+        if by_sha {
+            cmd.arg(&self.sha);
+        } else {
+            cmd.arg(self.source);
+        }
+        cmd.arg(1).arg(call.key).arg(call.mode).arg(call.cost);
+        match call.now {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        cmd.arg(call.figure).arg(call.limit);
+        cmd
+    }
+}
+
 macro_rules! script {
     ($file:literal) => {
         LazyLock::new(|| {
-            redis::Script::new(concat!(
-                include_str!("lua/prelude.lua"),
-                include_str!($file)
-            ))
+            let source = concat!(include_str!("lua/prelude.lua"), include_str!($file));
+            Lua {
+                source,
+                sha: redis::Script::new(source).get_hash().to_owned(),
+            }
         })
     };
 }
 
-static GCRA: LazyLock<redis::Script> = script!("lua/gcra.lua");
-static TOKEN_BUCKET: LazyLock<redis::Script> = script!("lua/token_bucket.lua");
-static FIXED_WINDOW: LazyLock<redis::Script> = script!("lua/fixed_window.lua");
-static SLIDING_WINDOW: LazyLock<redis::Script> = script!("lua/sliding_window.lua");
-static SLIDING_LOG: LazyLock<redis::Script> = script!("lua/sliding_log.lua");
+static GCRA: LazyLock<Lua> = script!("lua/gcra.lua");
+static TOKEN_BUCKET: LazyLock<Lua> = script!("lua/token_bucket.lua");
+static FIXED_WINDOW: LazyLock<Lua> = script!("lua/fixed_window.lua");
+static SLIDING_WINDOW: LazyLock<Lua> = script!("lua/sliding_window.lua");
+static SLIDING_LOG: LazyLock<Lua> = script!("lua/sliding_log.lua");
 
 /// The script of `algorithm`, and the two figures it takes after the cost and the time.
-pub(crate) fn script(quota: &Quota) -> (&'static redis::Script, u64, u64) {
+pub(crate) fn script(quota: &Quota) -> (&'static Lua, u64, u64) {
     let limit = u64::from(quota.burst());
     match quota.algorithm() {
         Algorithm::Gcra => (&GCRA, quota.emission_interval_micros(), limit),

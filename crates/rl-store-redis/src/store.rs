@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, ServerErrorKind};
 use rl_core::{Decision, Info, Key, Quota, Store, StoreError, StoreErrorKind};
 
 use crate::error::classify;
-use crate::script::{script, state_key};
+use crate::script::{Call, Lua, script, state_key};
 
 /// How to reach Redis. Every timeout is explicit; the defaults are small so that a hung Redis
 /// never holds a request for long.
@@ -317,45 +318,72 @@ struct LazyCluster {
 }
 
 impl LazyCluster {
-    async fn get(&self) -> redis::RedisResult<redis::cluster_async::ClusterConnection> {
-        self.connection
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        let mut connection = self
+            .connection
             .get_or_try_init(|| self.client.get_async_connection())
-            .await
-            .cloned()
+            .await?
+            .clone();
+        match cmd.query_async(&mut connection).await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::Ask) => {
+                // The slot is migrating and the key has moved. The client follows `ASK` by
+                // sending `ASKING` and the command separately on a shared connection, where
+                // another request's command can slip in between and use up the `ASKING`; it
+                // then gives up after its retries. Sent as one pipeline, the pair stays together.
+                let Some((host, port)) = error
+                    .redirect_node()
+                    .and_then(|(node, _)| node.rsplit_once(':'))
+                    .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)))
+                else {
+                    return Err(error);
+                };
+                let mut pipeline = redis::pipe();
+                pipeline.cmd("ASKING").add_command(cmd.clone());
+                let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port };
+                let mut replies = connection.route_pipeline(pipeline, 1, 1, route).await?;
+                match replies.pop() {
+                    Some(reply) => redis::from_redis_value(reply).map_err(Into::into),
+                    None => Err(error),
+                }
+            }
+            result => result,
+        }
     }
 }
 
 impl Connection {
-    async fn invoke(
-        &self,
-        invocation: redis::ScriptInvocation<'_>,
-    ) -> Result<Vec<i64>, StoreError> {
-        // Each arm's future is boxed: their sizes differ by kilobytes (the cluster client's is the
-        // largest), and a check's future would otherwise be as large as the largest of them.
-        let result = match self.clone() {
-            Self::Single(mut c) => Box::pin(invocation.invoke_async(&mut c)).await,
-            Self::Cluster(lazy) => {
-                let mut c = Box::pin(lazy.get()).await.map_err(classify)?;
-                Box::pin(invocation.invoke_async(&mut c)).await
+    /// Runs `lua` for `call`: by SHA, and by source when Redis lacks the script (after a
+    /// restart, a `SCRIPT FLUSH`, or on a cluster node the key just moved to). `EVAL` caches
+    /// the script, so the next call is by SHA again.
+    async fn eval(&self, lua: &Lua, call: &Call<'_>) -> Result<Vec<i64>, StoreError> {
+        match self.send(&lua.command(true, call)).await? {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.send(&lua.command(false, call)).await?
             }
-            Self::Pool(pool) => {
-                let mut c = Box::pin(checkout(&pool)).await?;
-                Box::pin(invocation.invoke_async(&mut c)).await
-            }
-        };
-        result.map_err(classify)
+            result => result,
+        }
+        .map_err(classify)
     }
 
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
-        let result = match self.clone() {
-            Self::Single(mut c) => cmd.query_async(&mut c).await,
-            Self::Cluster(lazy) => {
-                cmd.query_async(&mut lazy.get().await.map_err(classify)?)
-                    .await
+        self.send(cmd).await?.map_err(classify)
+    }
+
+    /// Sends `cmd`; the outer error is a pooled connection not to be had.
+    async fn send<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<redis::RedisResult<T>, StoreError> {
+        // Each arm's future is boxed: their sizes differ by kilobytes (the cluster client's is the
+        // largest), and a check's future would otherwise be as large as the largest of them.
+        Ok(match self.clone() {
+            Self::Single(mut c) => Box::pin(cmd.query_async(&mut c)).await,
+            Self::Cluster(lazy) => Box::pin(lazy.query(cmd)).await,
+            Self::Pool(pool) => {
+                let mut c = Box::pin(checkout(&pool)).await?;
+                Box::pin(cmd.query_async(&mut c)).await
             }
-            Self::Pool(pool) => cmd.query_async(&mut checkout(&pool).await?).await,
-        };
-        result.map_err(classify)
+        })
     }
 }
 
@@ -484,17 +512,17 @@ impl RedisStore {
         cost: u32,
         now_micros: Option<u64>,
     ) -> Result<Decision, StoreError> {
-        let (script, figure, limit) = script(quota);
-        let now = now_micros.map_or_else(String::new, |n| n.to_string());
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(self.state_key(key, quota))
-            .arg(mode)
-            .arg(cost)
-            .arg(now)
-            .arg(figure)
-            .arg(limit);
-        let reply = Box::pin(self.within(self.connection.invoke(invocation))).await?;
+        let (lua, figure, limit) = script(quota);
+        let key = self.state_key(key, quota);
+        let call = Call {
+            key: &key,
+            mode,
+            cost,
+            now: now_micros,
+            figure,
+            limit,
+        };
+        let reply = Box::pin(self.within(self.connection.eval(lua, &call))).await?;
         decision(&reply)
     }
 }

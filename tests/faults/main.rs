@@ -1,0 +1,447 @@
+//! Fault tests: a rate-limited service on a `RedisStore` behind a `CircuitBreaker`, under a
+//! bounded load, while a real `redis-server` on loopback (or the network to it, through a
+//! proxy) fails in each way listed in the resilience issue. Every test checks: no panic, no
+//! request past its deadline, exactly the configured failure outcome, the breaker open after
+//! the threshold (where the store fails), decisions from Redis again within the maximum
+//! backoff + 1 s of recovery, and no growth in tasks or open file descriptors.
+//!
+//! The tests run one at a time (they measure latency and count descriptors).
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+mod harness;
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use harness::{Harness, Outcome, Report, config};
+use rl_core::{Key, Quota};
+use rl_store_memory::MemoryStore;
+use rl_store_redis::{RedisConfig, RedisStore};
+use rl_tower::rate_limit::FailureMode;
+use tests::proxy::{Fault, Proxy};
+use tests::redis_server::{RedisCluster, RedisServer, free_port};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Plenty: these tests are about failures, not limits.
+fn quota() -> Quota {
+    Quota::per_second(1_000_000).unwrap()
+}
+
+fn keys() -> Vec<u64> {
+    (0..8).collect()
+}
+
+const HOLD: Duration = Duration::from_millis(1_500);
+const SETTLE: Duration = Duration::from_millis(300);
+
+fn closed() -> FailureMode {
+    FailureMode::closed().allow([Key::from(0_u64)])
+}
+
+fn fallback() -> FailureMode {
+    FailureMode::fallback(MemoryStore::new(), NonZeroU32::new(4).unwrap())
+}
+
+/// Closed mode: the allowlisted key passes, every other key gets 503, nothing else.
+fn assert_closed(report: &Report) {
+    report.assert_outcomes(
+        &[Outcome::Decided, Outcome::Passed, Outcome::Unavailable],
+        Outcome::Unavailable,
+    );
+    for sample in &report.samples {
+        match sample.outcome {
+            Outcome::Passed => assert_eq!(sample.key, 0, "only the allowlisted key passes"),
+            Outcome::Unavailable => assert_ne!(sample.key, 0, "the allowlisted key is never 503"),
+            _ => {}
+        }
+    }
+}
+
+fn assert_open(report: &Report) {
+    report.assert_outcomes(&[Outcome::Decided, Outcome::Passed], Outcome::Passed);
+}
+
+/// Fallback: every request is still decided (by the local store while Redis is out).
+fn assert_fallback(report: &Report) {
+    report.assert_outcomes(&[Outcome::Decided], Outcome::Decided);
+}
+
+async fn healthy_harness(url: String, mode: FailureMode) -> Harness {
+    let store = config(url).prefix("faults").build().unwrap();
+    let mut harness = Harness::new(store, mode, quota(), keys());
+    harness.healthy().await;
+    harness.start_load();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    harness
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_and_restart_on_the_same_port() {
+    let _serial = SERIAL.lock().await;
+    let mut server = RedisServer::start();
+    let mut h = healthy_harness(server.url(), closed()).await;
+    h.fault();
+    server.kill();
+    tokio::time::sleep(HOLD).await;
+    server.restart();
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(2);
+    report.assert_breaker_opened();
+    assert_closed(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_then_sigcont() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start();
+    let mut h = healthy_harness(server.url(), FailureMode::open()).await;
+    h.fault();
+    server.freeze();
+    tokio::time::sleep(HOLD).await;
+    server.thaw();
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(2);
+    report.assert_breaker_opened();
+    assert_open(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_sleep() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start_with(free_port(), &["--enable-debug-command", "yes"]);
+    let mut h = healthy_harness(server.url(), fallback()).await;
+    h.fault();
+    let sleeper = server.query_in_background(redis::cmd("DEBUG").arg("SLEEP").arg(1.5).clone());
+    sleeper.join().unwrap();
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(2);
+    report.assert_breaker_opened();
+    assert_fallback(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_pause() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start();
+    let mut h = healthy_harness(server.url(), closed()).await;
+    h.fault();
+    let _: () = server
+        .query(redis::cmd("CLIENT").arg("PAUSE").arg(1_500).arg("ALL"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(2);
+    report.assert_breaker_opened();
+    assert_closed(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_script_makes_redis_busy() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start_with(free_port(), &["--busy-reply-threshold", "50"]);
+    let mut h = healthy_harness(server.url(), FailureMode::open()).await;
+    h.fault();
+    let endless = server.query_in_background(
+        redis::cmd("EVAL")
+            .arg("local n = 0 while true do n = n + 1 end")
+            .arg(0)
+            .clone(),
+    );
+    tokio::time::sleep(HOLD).await;
+    // Only SCRIPT KILL (and SHUTDOWN NOSAVE) run while a script is busy.
+    let _: () = server.query(redis::cmd("SCRIPT").arg("KILL")).unwrap();
+    endless.join().unwrap();
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(2);
+    report.assert_breaker_opened();
+    assert_open(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_costs_nothing() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start();
+    let mut h = healthy_harness(server.url(), closed()).await;
+    h.fault();
+    for _ in 0..10 {
+        let _: () = server.query(redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(2);
+    report.assert_breaker_stayed_closed();
+    // Every request, during the flushes too, was decided by Redis: the scripts reload.
+    report.assert_outcomes(&[Outcome::Decided], Outcome::Decided);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maxmemory_oom() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start_with(free_port(), &["--maxmemory-policy", "noeviction"]);
+    let mut h = healthy_harness(server.url(), closed()).await;
+    h.fault();
+    let set_maxmemory = |bytes: u64| {
+        let _: () = server
+            .query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(bytes))
+            .unwrap();
+    };
+    set_maxmemory(1);
+    tokio::time::sleep(HOLD).await;
+    set_maxmemory(0);
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(2);
+    report.assert_breaker_opened();
+    assert_closed(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_the_wrong_type_fails_only_that_key() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start();
+    let store = config(server.url()).prefix("faults").build().unwrap();
+    let bad_key = store.state_key(&Key::from(5_u64), &quota());
+    let mut h = Harness::new(store, closed(), quota(), keys());
+    h.healthy().await;
+    h.start_load();
+    h.fault();
+    // Replaced atomically: the store would otherwise write its state back in between.
+    let _: i64 = server
+        .query(
+            redis::cmd("EVAL")
+                .arg("redis.call('DEL', KEYS[1]) return redis.call('LPUSH', KEYS[1], ARGV[1])")
+                .arg(1)
+                .arg(&bad_key)
+                .arg("not a rate-limit state"),
+        )
+        .unwrap();
+    tokio::time::sleep(HOLD).await;
+    let _: () = server.query(redis::cmd("DEL").arg(&bad_key)).unwrap();
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(2);
+    // One bad key is not a sick store: the breaker stays closed, other keys are decided.
+    report.assert_breaker_stayed_closed();
+    for sample in report.during_fault() {
+        if sample.outcome == Outcome::Unavailable {
+            assert_eq!(sample.key, 5, "only the bad key fails");
+        }
+    }
+    let bad = Report::tally(report.during_fault().filter(|s| s.key == 5));
+    assert!(
+        bad.get(&Outcome::Unavailable).copied().unwrap_or(0) > 0,
+        "{bad:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_exhaustion_behind_a_slow_proxy() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start();
+    let proxy = Proxy::start(addr(&server)).await;
+    let store = config(proxy.url())
+        .prefix("faults")
+        .pool(2)
+        .build()
+        .unwrap();
+    let mut h = Harness::new(store, closed(), quota(), keys());
+    h.healthy().await;
+    h.start_load();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.fault();
+    // 16 clients, 2 connections, each reply 80 ms late: most calls wait for a connection
+    // past the deadline.
+    proxy.set(Fault::Delay(Duration::from_millis(80)));
+    tokio::time::sleep(HOLD).await;
+    proxy.set(Fault::None);
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(2);
+    report.assert_breaker_opened();
+    assert_closed(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_black_hole_refuse_and_cut() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start();
+    let proxy = Proxy::start(addr(&server)).await;
+    let mut h = healthy_harness(proxy.url(), fallback()).await;
+    h.fault();
+    proxy.set(Fault::BlackHole);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    proxy.set(Fault::Refuse);
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    proxy.set(Fault::None);
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(2);
+    report.assert_breaker_opened();
+    assert_fallback(&report);
+    assert!(
+        proxy.connections() >= 2,
+        "the store reconnected after the cut"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_absent_at_start_then_started() {
+    let _serial = SERIAL.lock().await;
+    let port = free_port();
+    let store = config(format!("redis://127.0.0.1:{port}"))
+        .prefix("faults")
+        .build()
+        .unwrap();
+    let mut h = Harness::new(store, closed(), quota(), keys());
+    h.start_load();
+    h.fault();
+    tokio::time::sleep(HOLD).await;
+    let _server = RedisServer::start_with(port, &[]);
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    // The baseline was taken before any connection: allow the one the store now holds.
+    report.assert_common(3);
+    report.assert_breaker_opened();
+    assert_closed(&report);
+}
+
+fn addr(server: &RedisServer) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], server.port()))
+}
+
+/// The cluster slot of a store key (CRC16 of its hash tag), asked of the cluster itself.
+fn slot(cluster: &RedisCluster, state_key: &str) -> u16 {
+    cluster
+        .query(0, redis::cmd("CLUSTER").arg("KEYSLOT").arg(state_key))
+        .unwrap()
+}
+
+/// Keys (numbers) whose state lives on master `node`.
+fn keys_on(cluster: &RedisCluster, store: &RedisStore, node: usize) -> Vec<u64> {
+    (1..10_000_u64)
+        .filter(|&n| {
+            let slot = slot(cluster, &store.state_key(&Key::from(n), &quota()));
+            cluster.master_of(slot, 0).map(|m| m.0) == Some(node)
+        })
+        .take(4)
+        .collect()
+}
+
+fn cluster_store(cluster: &RedisCluster) -> RedisStore {
+    RedisConfig::cluster(cluster.urls())
+        .timeout(harness::DEADLINE)
+        .connect_timeout(Duration::from_millis(200))
+        .prefix("faults")
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_master_killed_then_failover() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let store = cluster_store(&cluster);
+    let (victim, _) = cluster.master_of(0, 0).unwrap();
+    // Every client's key lives on the master about to die (the first is used twice: the
+    // harness's key 0 is the allowlisted one).
+    let mut keys = keys_on(&cluster, &store, victim);
+    keys.insert(0, keys[0]);
+    let victim_slot = slot(&cluster, &store.state_key(&Key::from(keys[1]), &quota()));
+    let mut h = Harness::new(store, FailureMode::open(), quota(), keys);
+    h.healthy().await;
+    h.start_load();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.fault();
+    cluster.kill(victim);
+    // A replica takes over once the others agree the master failed (cluster-node-timeout 2 s).
+    let survivor = (victim + 1) % 3;
+    let started = Instant::now();
+    while cluster
+        .master_of(victim_slot, survivor)
+        .is_none_or(|m| m.0 == victim)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no failover in 20 s: {}",
+            cluster
+                .query::<String>(survivor, redis::cmd("CLUSTER").arg("NODES"))
+                .unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    // The cluster client holds a connection per node, and reconnects to the new master.
+    report.assert_common(6);
+    report.assert_breaker_opened();
+    assert_open(&report);
+    eprintln!(
+        "failover took {:?}; the store decided again {:?} after it",
+        started.elapsed(),
+        report.resumed_after
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_slot_migration_under_load_keeps_the_count() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let store = cluster_store(&cluster);
+    let limit = Quota::per_minute(100).unwrap();
+    let key = 7_u64;
+    let state_key = store.state_key(&Key::from(key), &limit);
+    let key_slot = slot(&cluster, &state_key);
+    let (from, _) = cluster.master_of(key_slot, 0).unwrap();
+    // Another master: the one serving slot 0 or, if that is `from`, slot 16383.
+    let to = [0, 16_383]
+        .into_iter()
+        .map(|slot| cluster.master_of(slot, 0).unwrap().0)
+        .find(|&n| n != from)
+        .unwrap();
+    // Neighbours in the same slot, so that the migration takes many batches.
+    let tag = &state_key[state_key.find('{').unwrap()..=state_key.find('}').unwrap()];
+    for n in 0..300 {
+        let _: () = cluster
+            .query(
+                from,
+                redis::cmd("SET").arg(format!("filler:{tag}:{n}")).arg(n),
+            )
+            .unwrap();
+    }
+    let mut h = Harness::new(store, FailureMode::closed(), limit, vec![key]);
+    h.healthy().await;
+    h.start_load();
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.fault();
+    cluster.migrate_slot(key_slot, from, to, Duration::from_millis(20));
+    h.recovered();
+    assert_eq!(
+        cluster.master_of(key_slot, 0).unwrap().0,
+        to,
+        "the slot moved"
+    );
+    let report = h.finish(SETTLE).await;
+    let elapsed = started.elapsed();
+    report.assert_common(6);
+    // Redirections are followed: no request failed, the breaker never opened...
+    report.assert_breaker_stayed_closed();
+    report.assert_outcomes(&[Outcome::Decided, Outcome::Denied], Outcome::Denied);
+    // ...and the key's state moved with its slot: no second quota on the new node.
+    let tally = Report::tally(report.samples.iter());
+    let admitted = tally.get(&Outcome::Decided).copied().unwrap_or(0) + 1; // + healthy()'s
+    let refill = (elapsed.as_secs_f64() * 100.0 / 60.0).ceil() as usize;
+    assert!(
+        admitted <= 100 + refill,
+        "{admitted} admitted in {elapsed:?} under 100/min: {tally:?}"
+    );
+}
