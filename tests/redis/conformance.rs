@@ -43,6 +43,19 @@ async fn conformance<S: Store>(store: &S) {
             assert_eq!(d.info().remaining(), remaining, "{algorithm}");
             assert_eq!(d.info().retry_after(), Duration::ZERO);
         }
+        // The same key in another scope (another named limit) is another bucket, and exhausting
+        // the key leaves it alone.
+        let scoped = key.clone().scoped(Key::scope_of("other-limit"));
+        assert_eq!(
+            store
+                .peek(&scoped, &quota)
+                .await
+                .unwrap()
+                .info()
+                .remaining(),
+            5,
+            "{algorithm}"
+        );
         // Exhausted: denied with a retry time, and a peek agrees.
         let denied = store.check(&key, &quota, 1).await.unwrap();
         assert!(matches!(denied, Decision::Denied(_)), "{algorithm}");
@@ -75,6 +88,14 @@ async fn conformance<S: Store>(store: &S) {
             4
         );
         store.reset(&key, &quota).await.unwrap();
+        assert!(store.check(&scoped, &quota, 5).await.unwrap().is_allowed());
+        assert!(!store.check(&scoped, &quota, 1).await.unwrap().is_allowed());
+        assert_eq!(
+            store.peek(&key, &quota).await.unwrap().info().remaining(),
+            5,
+            "{algorithm}: a scoped key's use shows up unscoped"
+        );
+        store.reset(&scoped, &quota).await.unwrap();
     }
 }
 

@@ -205,6 +205,116 @@ async fn store_failures_follow_the_failure_mode() {
 }
 
 #[tokio::test]
+async fn named_layers_sharing_a_store_never_share_a_bucket() {
+    let (store, _clock) = manual_store();
+    let store = std::sync::Arc::new(store);
+    let quota = Quota::per_minute(1).unwrap();
+    let login = RateLimitLayer::new(std::sync::Arc::clone(&store), quota, PeerIp::new())
+        .name("login")
+        .unwrap();
+    let search = RateLimitLayer::new(std::sync::Arc::clone(&store), quota, PeerIp::new())
+        .name("search")
+        .unwrap();
+    let app = app().layer(login).layer(search);
+    // Each request passes both limits: each limit's single request is its own.
+    let (first, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let (second, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(store.len(), 2, "one bucket per limit");
+}
+
+#[tokio::test]
+async fn fail_closed_lets_allowlisted_keys_through() {
+    let health_checker = Key::from("192.0.2.9".parse::<std::net::IpAddr>().unwrap());
+    let layer = RateLimitLayer::new(Broken, Quota::per_minute(1).unwrap(), PeerIp::new())
+        .on_store_error(FailureMode::closed().allow([health_checker]));
+    let app = app().layer(layer);
+    for _ in 0..3 {
+        let (allowed, _) = send(&app, get_from("192.0.2.9:1", "/", &[])).await;
+        assert_eq!(allowed.status(), StatusCode::OK);
+        let (other, _) = send(&app, get_from("192.0.2.10:1", "/", &[])).await;
+        assert_eq!(other.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+}
+
+#[tokio::test]
+async fn the_fallback_enforces_a_share_of_the_quota_while_the_store_fails() {
+    // 8 per minute over 4 instances: each falls back to 2.
+    let fallback = FailureMode::fallback(
+        rl_store_memory::MemoryStore::new(),
+        std::num::NonZeroU32::new(4).unwrap(),
+    );
+    let layer = RateLimitLayer::new(Broken, Quota::per_minute(8).unwrap(), PeerIp::new())
+        .on_store_error(fallback);
+    let app = app().layer(layer);
+    for expected in [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::TOO_MANY_REQUESTS,
+    ] {
+        let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+        assert_eq!(response.status(), expected);
+        assert_eq!(header(&response, "x-ratelimit-limit"), "2");
+    }
+    // Other keys have their own share.
+    let (response, _) = send(&app, get_from("192.0.2.2:1", "/", &[])).await;
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_fallback_never_engages_on_a_healthy_denial() {
+    let (store, _clock) = manual_store();
+    let fallback = FailureMode::fallback(
+        rl_store_memory::MemoryStore::new(),
+        std::num::NonZeroU32::new(1).unwrap(),
+    );
+    let layer = RateLimitLayer::new(store, Quota::per_minute(1).unwrap(), PeerIp::new())
+        .on_store_error(fallback);
+    let app = app().layer(layer);
+    let (first, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    // A fresh fallback store would admit this one: the store's denial stands.
+    for _ in 0..3 {
+        let (denied, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+}
+
+#[tokio::test]
+async fn an_open_breaker_answers_with_the_failure_mode_without_asking_the_store() {
+    use rl_tower::breaker::{BreakerState, CircuitBreaker};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[derive(Debug, Default)]
+    struct Counting(AtomicU32);
+    impl Store for Counting {
+        async fn check(&self, _: &Key, _: &Quota, _: u32) -> Result<Decision, StoreError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Err(StoreError::new(StoreErrorKind::Timeout))
+        }
+        async fn peek(&self, _: &Key, _: &Quota) -> Result<Decision, StoreError> {
+            Err(StoreError::new(StoreErrorKind::Timeout))
+        }
+        async fn reset(&self, _: &Key, _: &Quota) -> Result<(), StoreError> {
+            Err(StoreError::new(StoreErrorKind::Timeout))
+        }
+    }
+
+    let breaker = Arc::new(CircuitBreaker::new(Counting::default()).failure_threshold(3));
+    let layer = RateLimitLayer::new(Arc::clone(&breaker), Quota::per_minute(1).unwrap(), Global)
+        .on_store_error(FailureMode::closed());
+    let app = app().layer(layer);
+    for _ in 0..50 {
+        let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(breaker.get_ref().0.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
 async fn every_connection_of_a_real_server_shares_one_store() {
     let (store, _clock) = manual_store();
     let layer = RateLimitLayer::new(store, Quota::per_minute(3).unwrap(), PeerIp::new());

@@ -38,9 +38,13 @@ pub const MAX_KEY_LEN: usize = 128;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
-pub struct Key(Repr);
+pub struct Key {
+    repr: Repr,
+    /// Which limit the key counts in: 0 for none, or a [`Key::scoped`] id.
+    scope: u64,
+}
 
-/// Strings up to this many bytes are stored inline (a `Key` is 40 bytes either way).
+/// Strings up to this many bytes are stored inline (a `Key` is 48 bytes either way).
 const INLINE: usize = 38;
 
 #[derive(Clone)]
@@ -71,6 +75,58 @@ pub enum KeyRepr<'a> {
 }
 
 impl Key {
+    const fn new(repr: Repr) -> Self {
+        Self { repr, scope: 0 }
+    }
+
+    /// The same key, counted in the limit `scope` (a non-zero id; 0 means none): keys in
+    /// different scopes are different buckets in every store, even when their values are
+    /// equal. `rl-tower` scopes every key by the name of its layer ([`scope_of`](Self::scope_of)),
+    /// so two limits sharing one store never share a bucket.
+    ///
+    /// ```
+    /// use rl_core::Key;
+    /// let login = Key::scope_of("login");
+    /// let search = Key::scope_of("search");
+    /// assert_ne!(Key::from(7u64).scoped(login), Key::from(7u64).scoped(search));
+    /// assert_eq!(Key::from(7u64).scoped(login), Key::from(7u64).scoped(login));
+    /// assert_eq!(Key::from(7u64).scoped(login).scope(), login);
+    /// ```
+    #[must_use]
+    #[inline]
+    pub const fn scoped(mut self, scope: u64) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// The key's scope: 0 unless set with [`scoped`](Self::scoped).
+    ///
+    /// ```
+    /// assert_eq!(rl_core::Key::from(1u64).scope(), 0);
+    /// ```
+    #[must_use]
+    #[inline]
+    pub const fn scope(&self) -> u64 {
+        self.scope
+    }
+
+    /// A scope id for the limit named `name`: the first 8 bytes of its SHA-256, never 0. The
+    /// same on every host, so that a fleet's gateways agree on it.
+    ///
+    /// ```
+    /// use rl_core::Key;
+    /// assert_eq!(Key::scope_of("login"), Key::scope_of("login"));
+    /// assert_ne!(Key::scope_of("login"), Key::scope_of("search"));
+    /// assert_ne!(Key::scope_of(""), 0);
+    /// ```
+    #[must_use]
+    pub fn scope_of(name: &str) -> u64 {
+        let digest = Sha256::digest(name.as_bytes());
+        let mut first = [0; 8];
+        first.copy_from_slice(&digest[..8]);
+        u64::from_le_bytes(first).max(1)
+    }
+
     /// A key for any bytes that must not be stored or logged whole (an API key, a token): only
     /// their SHA-256 digest is kept.
     ///
@@ -82,7 +138,7 @@ impl Key {
     /// ```
     #[must_use]
     pub fn hashed(value: impl AsRef<[u8]>) -> Self {
-        Self(Repr::Digest(Sha256::digest(value.as_ref()).into()))
+        Self::new(Repr::Digest(Sha256::digest(value.as_ref()).into()))
     }
 
     /// The key's parts, for stores.
@@ -94,7 +150,7 @@ impl Key {
     #[must_use]
     #[inline]
     pub fn repr(&self) -> KeyRepr<'_> {
-        match &self.0 {
+        match &self.repr {
             Repr::Int(n) => KeyRepr::Int(*n),
             Repr::Ip(ip) => KeyRepr::Ip(ip),
             Repr::Inline { len, buf } => KeyRepr::Bytes(&buf[..usize::from(*len)]),
@@ -119,12 +175,12 @@ impl Key {
             let mut buf = [0; INLINE];
             buf[..bytes.len()].copy_from_slice(bytes);
             // bytes.len() <= 38 fits a u8.
-            Self(Repr::Inline {
+            Self::new(Repr::Inline {
                 len: bytes.len() as u8,
                 buf,
             })
         } else if bytes.len() <= MAX_KEY_LEN {
-            Self(Repr::Shared(Arc::from(bytes)))
+            Self::new(Repr::Shared(Arc::from(bytes)))
         } else {
             Self::hashed(bytes)
         }
@@ -133,7 +189,7 @@ impl Key {
 
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
-        self.repr() == other.repr()
+        self.scope == other.scope && self.repr() == other.repr()
     }
 }
 
@@ -141,13 +197,14 @@ impl Eq for Key {}
 
 impl std::hash::Hash for Key {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.scope.hash(state);
         self.repr().hash(state);
     }
 }
 
 impl From<u64> for Key {
     fn from(n: u64) -> Self {
-        Self(Repr::Int(n))
+        Self::new(Repr::Int(n))
     }
 }
 
@@ -157,7 +214,7 @@ impl From<IpAddr> for Key {
             IpAddr::V4(v4) => v4.to_ipv6_mapped(),
             IpAddr::V6(v6) => v6,
         };
-        Self(Repr::Ip(v6.octets()))
+        Self::new(Repr::Ip(v6.octets()))
     }
 }
 
@@ -177,7 +234,10 @@ impl From<String> for Key {
 impl fmt::Debug for Key {
     /// Prints the key's kind and value; a digest prints only its first 8 bytes in hex.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
+        if self.scope != 0 {
+            write!(f, "[scope {:016x}] ", self.scope)?;
+        }
+        match &self.repr {
             Repr::Int(n) => write!(f, "Key::Int({n})"),
             Repr::Ip(ip) => write!(
                 f,
@@ -205,15 +265,18 @@ mod tests {
 
     #[test]
     fn short_and_ip_keys_stay_inline() {
-        assert_eq!(std::mem::size_of::<Key>(), 40);
+        assert_eq!(std::mem::size_of::<Key>(), 48);
         let short = "abcdefghijklmnopqrstuvwxyz0123456789AB"; // 38 bytes
-        assert!(matches!(Key::from(short).0, Repr::Inline { len: 38, .. }));
+        assert!(matches!(
+            Key::from(short).repr,
+            Repr::Inline { len: 38, .. }
+        ));
         assert_eq!(Key::from(short).repr(), KeyRepr::Bytes(short.as_bytes()));
         let longer = format!("{short}C");
-        assert!(matches!(Key::from(longer.as_str()).0, Repr::Shared(_)));
+        assert!(matches!(Key::from(longer.as_str()).repr, Repr::Shared(_)));
         assert_eq!(Key::from(longer.as_str()), Key::from(longer));
         let ip: IpAddr = "2001:db8::1".parse().unwrap();
-        assert!(matches!(Key::from(ip).0, Repr::Ip(_)));
+        assert!(matches!(Key::from(ip).repr, Repr::Ip(_)));
     }
 
     #[test]

@@ -206,7 +206,7 @@ impl<C: Clock> Inner<C> {
             };
             return self
                 .gcra
-                .get(key.repr(), peek)
+                .get(key, peek)
                 .unwrap_or_else(|| GcraState::default().peek(now, quota));
         };
         let cas = |tat: &AtomicU64| {
@@ -228,7 +228,7 @@ impl<C: Clock> Inner<C> {
                 }
             }
         };
-        match self.gcra.get(key.repr(), cas) {
+        match self.gcra.get(key, cas) {
             Some(decision) => decision,
             None => self.insert(&self.gcra, key, quota, now, &cas),
         }
@@ -246,13 +246,13 @@ impl<C: Clock> Inner<C> {
             Mode::Check(cost) => {
                 let check =
                     |slot: &Locked<S>| slot.update(quota, |state| state.check(now, cost, quota));
-                match tables.get(key.repr(), check) {
+                match tables.get(key, check) {
                     Some(decision) => decision,
                     None => self.insert(tables, key, quota, now, &check),
                 }
             }
             Mode::Peek => tables
-                .get(key.repr(), |slot| slot.lock().0.peek(now, quota))
+                .get(key, |slot| slot.lock().0.peek(now, quota))
                 .unwrap_or_else(|| S::default().peek(now, quota)),
         }
     }
@@ -269,7 +269,7 @@ impl<C: Clock> Inner<C> {
         f: &dyn Fn(&V) -> Decision,
     ) -> Decision {
         let now_us = now.as_micros();
-        let try_insert = || match tables.insert(&self.budget, key.repr(), f) {
+        let try_insert = || match tables.insert(&self.budget, key, f) {
             Found::Slot(decision) => Some(decision),
             Found::Created(decision) => {
                 if self.budget.claim_growth_sweep() {
@@ -316,7 +316,6 @@ impl<C: Clock> Inner<C> {
     }
 
     fn remove(&self, key: &Key, quota: &Quota) {
-        let key = key.repr();
         let removed = match quota.algorithm() {
             Algorithm::Gcra => self.gcra.remove(key),
             Algorithm::TokenBucket => self.token_bucket.remove(key),

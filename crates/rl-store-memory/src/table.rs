@@ -9,7 +9,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use foldhash::fast::RandomState;
 use rl_core::algorithm::AlgorithmState;
-use rl_core::{KeyRepr, Quota};
+use rl_core::{Key, KeyRepr, Quota};
 
 /// A stored value: knows when it equals a fresh state and may be dropped.
 pub(crate) trait Slot: Default + Send + Sync {
@@ -227,12 +227,35 @@ impl Hash for StoredBytes {
 }
 
 /// One table per kind of key, so that keys of different kinds never meet.
+/// A key of a scoped limit, owned: its scope, then its value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum ScopedKey {
+    Int(u64, u64),
+    Ip(u64, [u8; 16]),
+    Bytes(u64, StoredBytes),
+    Digest(u64, [u8; 32]),
+}
+
+impl ScopedKey {
+    fn new(key: &Key) -> Self {
+        let scope = key.scope();
+        match key.repr() {
+            KeyRepr::Int(n) => Self::Int(scope, n),
+            KeyRepr::Ip(ip) => Self::Ip(scope, *ip),
+            KeyRepr::Bytes(b) => Self::Bytes(scope, StoredBytes::new(b)),
+            KeyRepr::Digest(d) => Self::Digest(scope, *d),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Tables<V> {
     int: Table<u64, V>,
     ip: Table<[u8; 16], V>,
     bytes: Table<StoredBytes, V>,
     digest: Table<[u8; 32], V>,
+    /// Keys with a scope (a named limit): kept apart, so that unscoped keys stay compact.
+    scoped: Table<ScopedKey, V>,
 }
 
 impl<V: Slot> Tables<V> {
@@ -242,13 +265,17 @@ impl<V: Slot> Tables<V> {
             ip: Table::new(hasher, shards),
             bytes: Table::new(hasher, shards),
             digest: Table::new(hasher, shards),
+            scoped: Table::new(hasher, shards),
         }
     }
 
     /// Runs `f` on `key`'s slot, if there is one.
     #[inline]
-    pub(crate) fn get<R>(&self, key: KeyRepr<'_>, f: impl FnOnce(&V) -> R) -> Option<R> {
-        match key {
+    pub(crate) fn get<R>(&self, key: &Key, f: impl FnOnce(&V) -> R) -> Option<R> {
+        if key.scope() != 0 {
+            return self.scoped.get(&ScopedKey::new(key), f);
+        }
+        match key.repr() {
             KeyRepr::Int(n) => self.int.get(&n, f),
             KeyRepr::Ip(ip) => self.ip.get(ip, f),
             KeyRepr::Bytes(b) => self.bytes.get(b, f),
@@ -260,10 +287,13 @@ impl<V: Slot> Tables<V> {
     pub(crate) fn insert<R>(
         &self,
         budget: &Budget,
-        key: KeyRepr<'_>,
+        key: &Key,
         f: impl FnOnce(&V) -> R,
     ) -> Found<R> {
-        match key {
+        if key.scope() != 0 {
+            return self.scoped.insert(budget, ScopedKey::new(key), f);
+        }
+        match key.repr() {
             KeyRepr::Int(n) => self.int.insert(budget, n, f),
             KeyRepr::Ip(ip) => self.ip.insert(budget, *ip, f),
             KeyRepr::Bytes(b) => self.bytes.insert(budget, StoredBytes::new(b), f),
@@ -272,8 +302,11 @@ impl<V: Slot> Tables<V> {
     }
 
     /// Removes `key`; returns whether it was there.
-    pub(crate) fn remove(&self, key: KeyRepr<'_>) -> bool {
-        match key {
+    pub(crate) fn remove(&self, key: &Key) -> bool {
+        if key.scope() != 0 {
+            return self.scoped.0.remove(&ScopedKey::new(key)).is_some();
+        }
+        match key.repr() {
             KeyRepr::Int(n) => self.int.0.remove(&n).is_some(),
             KeyRepr::Ip(ip) => self.ip.0.remove(ip).is_some(),
             KeyRepr::Bytes(b) => self.bytes.0.remove(b).is_some(),
@@ -288,6 +321,7 @@ impl<V: Slot> Tables<V> {
             self.ip.sweep(now),
             self.bytes.sweep(now),
             self.digest.sweep(now),
+            self.scoped.sweep(now),
         ]
         .into_iter()
         .fold((0, u64::MAX), |(f, n), (f2, n2)| (f + f2, n.min(n2)))

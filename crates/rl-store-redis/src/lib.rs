@@ -8,7 +8,8 @@
 //!   still share one clock. [`RedisStore::measure_clock_skew`] reports (and past a threshold,
 //!   logs) how far this host's clock is from Redis's.
 //! - Every key expires when its state equals a fresh one, so idle keys vanish by themselves.
-//! - Keys are `PREFIX:{KEY}:ALGORITHM`, the user key hex-encoded inside the hash tag.
+//! - Keys are `PREFIX:{KEY}:ALGORITHM` (`PREFIX:{KEY}:SCOPE:ALGORITHM` for a key of a named
+//!   limit, see `Key::scoped`), the user key hex-encoded inside the hash tag.
 //! - One check is one round trip, over one multiplexed connection that reconnects by itself
 //!   (the default, and the faster), or over a `deadpool-redis` pool ([`RedisConfig::pool`]).
 //!

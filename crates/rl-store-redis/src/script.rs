@@ -3,7 +3,7 @@
 use std::fmt::Write;
 use std::sync::LazyLock;
 
-use rl_core::{Algorithm, KeyRepr, Quota};
+use rl_core::{Algorithm, Key, KeyRepr, Quota};
 
 /// A Lua script: its source (sent with `EVAL` when Redis lacks it) and its SHA-1 (for
 /// `EVALSHA`, the usual path).
@@ -73,10 +73,11 @@ pub(crate) fn script(quota: &Quota) -> (&'static Lua, u64, u64) {
     }
 }
 
-/// `PREFIX:{KIND HEX}:ALGORITHM`. The key sits in a hash tag (one cluster slot per key) and is
+/// `PREFIX:{KIND HEX}:ALGORITHM`, or `PREFIX:{KIND HEX}:SCOPE:ALGORITHM` for a scoped key
+/// (the scope in 16 hex digits). The key sits in a hash tag (one cluster slot per key) and is
 /// hex-encoded, so no byte of user input can end the tag early or collide across kinds:
 /// `i` integers, `a` addresses, `s` strings, `h` digests.
-pub(crate) fn state_key(prefix: &str, key: KeyRepr<'_>, algorithm: Algorithm) -> String {
+pub(crate) fn state_key(prefix: &str, key: &Key, algorithm: Algorithm) -> String {
     let mut out = String::with_capacity(prefix.len() + 24 + 2 * 40);
     out.push_str(prefix);
     out.push_str(":{");
@@ -87,7 +88,7 @@ pub(crate) fn state_key(prefix: &str, key: KeyRepr<'_>, algorithm: Algorithm) ->
             out.push(char::from(DIGITS[usize::from(b & 0xf)]));
         }
     };
-    match key {
+    match key.repr() {
         KeyRepr::Int(n) => {
             // Writing to a String cannot fail.
             let _ = write!(out, "i{n}");
@@ -106,6 +107,10 @@ pub(crate) fn state_key(prefix: &str, key: KeyRepr<'_>, algorithm: Algorithm) ->
         }
     }
     out.push_str("}:");
+    if key.scope() != 0 {
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{:016x}:", key.scope());
+    }
     out.push_str(algorithm.as_str());
     out
 }
@@ -113,25 +118,28 @@ pub(crate) fn state_key(prefix: &str, key: KeyRepr<'_>, algorithm: Algorithm) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rl_core::Key;
 
     #[test]
     fn keys_keep_user_bytes_inside_their_hash_tag() {
         let key = Key::from("}{evil}");
-        let layout = state_key("rl", key.repr(), Algorithm::Gcra);
+        let layout = state_key("rl", &key, Algorithm::Gcra);
         assert_eq!(layout, "rl:{s7d7b6576696c7d}:gcra");
         assert_eq!(layout.matches('{').count(), 1);
         assert_eq!(
-            state_key("rl", Key::from("").repr(), Algorithm::FixedWindow),
+            state_key("rl", &Key::from(""), Algorithm::FixedWindow),
             "rl:{s}:fixed-window"
         );
         assert_eq!(
-            state_key("p", Key::from(7u64).repr(), Algorithm::Gcra),
+            state_key("p", &Key::from(7u64), Algorithm::Gcra),
             "p:{i7}:gcra"
         );
         assert_ne!(
-            state_key("p", Key::from("7").repr(), Algorithm::Gcra),
-            state_key("p", Key::from(7u64).repr(), Algorithm::Gcra)
+            state_key("p", &Key::from("7"), Algorithm::Gcra),
+            state_key("p", &Key::from(7u64), Algorithm::Gcra)
+        );
+        assert_eq!(
+            state_key("p", &Key::from(7u64).scoped(0xab), Algorithm::Gcra),
+            "p:{i7}:00000000000000ab:gcra"
         );
     }
 }

@@ -434,7 +434,7 @@ impl RedisStore {
     /// ```
     #[must_use]
     pub fn state_key(&self, key: &Key, quota: &Quota) -> String {
-        state_key(&self.prefix, key.repr(), quota.algorithm())
+        state_key(&self.prefix, key, quota.algorithm())
     }
 
     /// How far Redis's clock is ahead of this host's (negative: behind), in microseconds: the

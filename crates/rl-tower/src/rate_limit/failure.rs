@@ -61,8 +61,8 @@ pub(crate) enum Failed {
     Pass,
     /// Answer 503.
     Unavailable,
-    /// The fallback store's decision.
-    Decided(Decision),
+    /// The fallback store's decision, under the share of the quota it enforced.
+    Decided(Decision, Quota),
 }
 
 impl FailureMode {
@@ -99,9 +99,9 @@ impl FailureMode {
     /// ```
     /// use rl_tower::Key;
     /// use rl_tower::rate_limit::FailureMode;
-    /// use std::net::Ipv4Addr;
+    /// use std::net::{IpAddr, Ipv4Addr};
     ///
-    /// let mode = FailureMode::closed().allow([Key::from(Ipv4Addr::new(10, 0, 0, 7))]);
+    /// let mode = FailureMode::closed().allow([Key::from(IpAddr::from(Ipv4Addr::new(10, 0, 0, 7)))]);
     /// assert_eq!(format!("{mode:?}"), "FailureMode::Closed { allowed: 1 }");
     /// ```
     #[must_use]
@@ -115,7 +115,8 @@ impl FailureMode {
     /// Decide locally while the store fails: `store` enforces [`Quota::share`]`(instances)`
     /// of each request's quota, so that `instances` gateways doing the same admit about the
     /// quota between them (see the type's docs for the bound). Its denials are 429s like any
-    /// other. Give it its own `MemoryStore` (its bounds, `max_keys`, apply).
+    /// other, and the rate-limit headers show the share. Give it its own `MemoryStore` (its
+    /// bounds, `max_keys`, apply).
     ///
     /// ```
     /// use rl_tower::rate_limit::FailureMode;
@@ -143,11 +144,12 @@ impl FailureMode {
         let _ = (quota, cost);
         match &self.kind {
             Kind::Open => Failed::Pass,
-            Kind::Closed { allow } if allow.contains(key) => Failed::Pass,
+            Kind::Closed { allow } if allow.contains(&key.clone().scoped(0)) => Failed::Pass,
             Kind::Closed { .. } => Failed::Unavailable,
             #[cfg(feature = "memory")]
             Kind::Fallback { store, instances } => {
-                Failed::Decided(store.check_sync(key, &quota.share(*instances), cost))
+                let share = quota.share(*instances);
+                Failed::Decided(store.check_sync(key, &share, cost), share)
             }
         }
     }

@@ -14,7 +14,12 @@ use super::{FailureMode, HeaderStyle, MissingKey, UnitCost};
 /// `K` extracts the key ([`key`](crate::key)), `St` is the [`Store`](rl_core::Store), `P` the
 /// [`QuotaPolicy`](super::QuotaPolicy) (a fixed [`Quota`] by default), `C` the [`Cost`](super::Cost) and `R` the
 /// [`Rejection`](super::Rejection). Cheap to clone: every clone, and every service made from
-/// it, shares one store.
+/// it, shares one store and counts in the same buckets.
+///
+/// Several layers may share one store (one Redis for every limit, say) as long as each has
+/// its own [`name`](Self::name): the name scopes the layer's keys, so the `login` and `search`
+/// limits of one client are different buckets. Two *unnamed* layers on one store are both
+/// `default` and count in the same buckets.
 #[derive(Clone)]
 #[must_use]
 pub struct RateLimitLayer<K, St, P = Quota, C = UnitCost, R = DefaultRejection> {
@@ -141,7 +146,9 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     }
 
     /// Names the limit in the `RateLimit-Policy` and `RateLimit` fields, metrics and logs
-    /// (default `default`).
+    /// (default `default`), and scopes its keys in the store ([`Key::scoped`](rl_core::Key::scoped)):
+    /// layers with different names never share a bucket, even on one store; gateways of a
+    /// fleet that give a limit the same name share its buckets through a shared store.
     ///
     /// # Errors
     ///
@@ -165,6 +172,11 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
             return Err(InvalidPolicyName(name.to_owned()));
         }
         self.config.name = Arc::from(name);
+        self.config.scope = if name == "default" {
+            0
+        } else {
+            rl_core::Key::scope_of(name)
+        };
         Ok(self)
     }
 

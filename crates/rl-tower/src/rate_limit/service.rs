@@ -19,6 +19,8 @@ use crate::key::KeyExtractor;
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
     pub(crate) name: Arc<str>,
+    /// The scope of this limit's keys: 0 for the default name, else from the name.
+    pub(crate) scope: u64,
     pub(crate) style: HeaderStyle,
     pub(crate) headers_on_allowed: bool,
     pub(crate) missing_key: MissingKey,
@@ -31,6 +33,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             name: Arc::from("default"),
+            scope: 0,
             style: HeaderStyle::default(),
             headers_on_allowed: true,
             missing_key: MissingKey::default(),
@@ -148,7 +151,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         let _ = error;
         match self.config.failure.on_failure(key, &quota, cost) {
             Failed::Pass => Outcome::Allow(None),
-            Failed::Decided(decision) => self.outcome(Ok(decision), key, quota, cost, grpc),
+            Failed::Decided(decision, share) => self.outcome(Ok(decision), key, share, cost, grpc),
             Failed::Unavailable => {
                 let mut response = status_response(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -294,7 +297,7 @@ where
             return ResponseFuture::inner(self.inner.call(req), None);
         };
         let grpc = is_grpc(&req);
-        let Some(key) = shared.key.extract(&req) else {
+        let Some(key) = shared.key.extract(&req).map(|key| key.scoped(config.scope)) else {
             return match config.missing_key {
                 MissingKey::Skip => ResponseFuture::inner(self.inner.call(req), None),
                 MissingKey::Reject(status) => {

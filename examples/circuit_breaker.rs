@@ -1,0 +1,86 @@
+//! A Redis-backed service that keeps answering when Redis dies: a circuit breaker in front of
+//! the store, and a failure mode chosen per route.
+//!
+//! - `/` (reads) falls back to a local memory store enforcing 1/4 of the quota (this service
+//!   runs as 4 instances): still limited while Redis is out, about as strictly as a fleet.
+//! - `/login` fails closed: 503 with `Retry-After` while Redis is out (never a 429), except for
+//!   the health checker at 127.0.0.2.
+//! - `/ready` reports the breaker for a load balancer's readiness probe: 200 while closed, 503
+//!   while open or probing.
+//!
+//! The service starts with or without Redis, and uses Redis again once it answers.
+//!
+//! ```sh
+//! redis-server --port 6379 &                      # or any Redis; REDIS_URL points elsewhere
+//! cargo run --example circuit_breaker
+//! curl -i http://127.0.0.1:3000/ready             # 200 breaker closed
+//! redis-cli shutdown nosave                       # Redis dies
+//! for i in $(seq 5); do curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:3000/login; done
+//! curl -i http://127.0.0.1:3000/ready             # 503 breaker open
+//! ```
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::{Router, routing::get, routing::post};
+use rl_tower::breaker::{BreakerState, CircuitBreaker};
+use rl_tower::key::PeerIp;
+use rl_tower::rate_limit::FailureMode;
+use rl_tower::{Key, MemoryStore, Quota, RateLimitLayer, RedisConfig};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    // `build` does not connect: the service starts even while Redis is down.
+    let redis = RedisConfig::new(url)
+        .timeout(Duration::from_millis(50))
+        .build()?;
+    let store = Arc::new(
+        CircuitBreaker::new(redis)
+            .name("redis")
+            .failure_threshold(3)
+            .backoff(Duration::from_millis(500), Duration::from_secs(5)),
+    );
+
+    let instances = NonZeroU32::new(4).expect("4 is not zero");
+    let reads = RateLimitLayer::new(
+        Arc::clone(&store),
+        Quota::per_second(5)?.with_burst(10)?,
+        PeerIp::new(),
+    )
+    .name("reads")?
+    .on_store_error(FailureMode::fallback(MemoryStore::new(), instances));
+    let health_checker = Key::from(std::net::IpAddr::from([127, 0, 0, 2]));
+    let login = RateLimitLayer::new(Arc::clone(&store), Quota::per_minute(5)?, PeerIp::new())
+        .name("login")?
+        .on_store_error(FailureMode::closed().allow([health_checker]));
+
+    let breaker = Arc::clone(&store);
+    let ready = get(move || async move {
+        match breaker.state() {
+            BreakerState::Closed => (StatusCode::OK, "ready\n"),
+            state => (StatusCode::SERVICE_UNAVAILABLE, state.as_str()),
+        }
+    });
+    let app = Router::new()
+        .route("/", get(|| async { "hello\n" }).layer(reads))
+        .route(
+            "/login",
+            post(|| async { "welcome\n" })
+                .get(|| async { "log in\n" })
+                .layer(login),
+        )
+        .route("/ready", ready);
+
+    let listener = tokio::net::TcpListener::bind(examples::addr()).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}
