@@ -2,6 +2,8 @@
 //! service and against `tower_governor` configured the same (same rate, burst and key, rate
 //! headers on), in one run: once with a limit nothing hits, once with every request rejected.
 //!
+//! Then the same layer while its circuit breaker is open, for each failure mode.
+//!
 //! `cargo bench -p benches --bench tower_layer`
 
 use std::convert::Infallible;
@@ -15,8 +17,13 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{Request, Response};
+use rl_core::{Decision, Key, Store, StoreError, StoreErrorKind};
+use rl_tower::breaker::{BreakerState, CircuitBreaker};
 use rl_tower::key::PeerIp;
+use rl_tower::rate_limit::FailureMode;
 use rl_tower::{MemoryStore, Quota, RateLimitLayer};
+use std::num::NonZeroU32;
+use std::sync::Arc;
 use tower::{Layer, Service, service_fn};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -86,5 +93,53 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// A store that is down.
+struct Down;
+
+impl Store for Down {
+    async fn check(&self, _: &Key, _: &Quota, _: u32) -> Result<Decision, StoreError> {
+        Err(StoreError::new(StoreErrorKind::Connection))
+    }
+    async fn peek(&self, _: &Key, _: &Quota) -> Result<Decision, StoreError> {
+        Err(StoreError::new(StoreErrorKind::Connection))
+    }
+    async fn reset(&self, _: &Key, _: &Quota) -> Result<(), StoreError> {
+        Err(StoreError::new(StoreErrorKind::Connection))
+    }
+}
+
+/// A request's time in the layer while the circuit breaker is open, per failure mode (the
+/// issue's target: under 50 µs at p99; `cargo run --release -p benches --bin resilience`
+/// gives the percentiles).
+fn breaker_open(c: &mut Criterion) {
+    let mut group = c.benchmark_group("breaker-open");
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(3));
+    let quota = Quota::per_second(1_000_000).expect("valid quota");
+    let modes = [
+        ("fail-open", FailureMode::open()),
+        ("fail-closed", FailureMode::closed()),
+        (
+            "fallback",
+            FailureMode::fallback(MemoryStore::new(), NonZeroU32::new(4).expect("4")),
+        ),
+    ];
+    for (name, mode) in modes {
+        let breaker = Arc::new(
+            CircuitBreaker::new(Down)
+                .backoff(Duration::from_secs(3_600), Duration::from_secs(3_600)),
+        );
+        let layer =
+            RateLimitLayer::new(Arc::clone(&breaker), quota, PeerIp::new()).on_store_error(mode);
+        let mut service = layer.layer(handler());
+        for _ in 0..3 {
+            call_now(&mut service);
+        }
+        assert_eq!(breaker.state(), BreakerState::Open);
+        group.bench_function(name, |b| b.iter(|| call_now(&mut service)));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, breaker_open);
 criterion_main!(benches);

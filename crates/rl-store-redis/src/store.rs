@@ -377,7 +377,15 @@ impl Connection {
         // Each arm's future is boxed: their sizes differ by kilobytes (the cluster client's is the
         // largest), and a check's future would otherwise be as large as the largest of them.
         Ok(match self.clone() {
-            Self::Single(mut c) => Box::pin(cmd.query_async(&mut c)).await,
+            Self::Single(mut c) => match Box::pin(cmd.query_async(&mut c)).await {
+                // The error may be the old connection's: the manager has begun reconnecting
+                // on seeing it, so one more try (within the same deadline) reaches a Redis that
+                // is back, rather than leaving the circuit breaker's probe to fail on it.
+                Err(error) if error.is_connection_dropped() || error.is_io_error() => {
+                    Box::pin(cmd.query_async(&mut c)).await
+                }
+                result => result,
+            },
             Self::Cluster(lazy) => Box::pin(lazy.query(cmd)).await,
             Self::Pool(pool) => {
                 let mut c = Box::pin(checkout(&pool)).await?;
