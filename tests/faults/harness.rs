@@ -329,6 +329,12 @@ impl Report {
             .map(|s| s.latency)
             .max()
             .unwrap_or_default();
+        eprintln!(
+            "{} requests, slowest {slowest:?}; the store decided again {:?} after recovery; store errors {:?}",
+            self.samples.len(),
+            self.resumed_after,
+            self.errors
+        );
         assert!(
             slowest <= DEADLINE + MARGIN,
             "a request took {slowest:?}, past the {DEADLINE:?} deadline + {MARGIN:?}"

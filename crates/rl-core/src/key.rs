@@ -99,6 +99,25 @@ impl Key {
         self
     }
 
+    /// The key a [`KeyRepr`] shows: `Key::from_repr(key.repr())` equals `key` (scope aside).
+    /// For stores that carry keys over the wire.
+    ///
+    /// ```
+    /// use rl_core::Key;
+    /// for key in [Key::from(7u64), Key::from("user"), Key::hashed("secret")] {
+    ///     assert_eq!(Key::from_repr(key.repr()), key);
+    /// }
+    /// ```
+    #[must_use]
+    pub fn from_repr(repr: KeyRepr<'_>) -> Self {
+        match repr {
+            KeyRepr::Int(n) => Self::new(Repr::Int(n)),
+            KeyRepr::Ip(ip) => Self::new(Repr::Ip(*ip)),
+            KeyRepr::Bytes(b) => Self::from_bytes(b),
+            KeyRepr::Digest(d) => Self::new(Repr::Digest(*d)),
+        }
+    }
+
     /// The key's scope: 0 unless set with [`scoped`](Self::scoped).
     ///
     /// ```

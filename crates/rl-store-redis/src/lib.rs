@@ -26,8 +26,12 @@
 //!
 //! Redis Cluster: [`RedisConfig::cluster`].
 
+mod deny_cache;
 mod error;
+mod hot_keys;
+mod lease;
 mod script;
 mod store;
 
+pub use hot_keys::{HotKeys, MAX_PARTS};
 pub use store::{ConfigError, RedisConfig, RedisStore};

@@ -73,11 +73,17 @@ pub(crate) fn script(quota: &Quota) -> (&'static Lua, u64, u64) {
     }
 }
 
-/// `PREFIX:{KIND HEX}:ALGORITHM`, or `PREFIX:{KIND HEX}:SCOPE:ALGORITHM` for a scoped key
-/// (the scope in 16 hex digits). The key sits in a hash tag (one cluster slot per key) and is
+/// `PREFIX:{KIND HEX}:ALGORITHM`, `PREFIX:{KIND HEX.PART}:ALGORITHM` for sub-counter `PART`
+/// of a split hot key (in a slot of its own), and `...:SCOPE:ALGORITHM` for a scoped key (the
+/// scope in 16 hex digits). The key sits in a hash tag (one cluster slot per key) and is
 /// hex-encoded, so no byte of user input can end the tag early or collide across kinds:
 /// `i` integers, `a` addresses, `s` strings, `h` digests.
-pub(crate) fn state_key(prefix: &str, key: &Key, algorithm: Algorithm) -> String {
+pub(crate) fn state_key(
+    prefix: &str,
+    key: &Key,
+    part: Option<u32>,
+    algorithm: Algorithm,
+) -> String {
     let mut out = String::with_capacity(prefix.len() + 24 + 2 * 40);
     out.push_str(prefix);
     out.push_str(":{");
@@ -106,6 +112,10 @@ pub(crate) fn state_key(prefix: &str, key: &Key, algorithm: Algorithm) -> String
             hex(&mut out, d);
         }
     }
+    if let Some(part) = part {
+        // Writing to a String cannot fail.
+        let _ = write!(out, ".{part}");
+    }
     out.push_str("}:");
     if key.scope() != 0 {
         // Writing to a String cannot fail.
@@ -122,24 +132,24 @@ mod tests {
     #[test]
     fn keys_keep_user_bytes_inside_their_hash_tag() {
         let key = Key::from("}{evil}");
-        let layout = state_key("rl", &key, Algorithm::Gcra);
+        let layout = state_key("rl", &key, None, Algorithm::Gcra);
         assert_eq!(layout, "rl:{s7d7b6576696c7d}:gcra");
         assert_eq!(layout.matches('{').count(), 1);
         assert_eq!(
-            state_key("rl", &Key::from(""), Algorithm::FixedWindow),
+            state_key("rl", &Key::from(""), None, Algorithm::FixedWindow),
             "rl:{s}:fixed-window"
         );
         assert_eq!(
-            state_key("p", &Key::from(7u64), Algorithm::Gcra),
+            state_key("p", &Key::from(7u64), None, Algorithm::Gcra),
             "p:{i7}:gcra"
         );
         assert_ne!(
-            state_key("p", &Key::from("7"), Algorithm::Gcra),
-            state_key("p", &Key::from(7u64), Algorithm::Gcra)
+            state_key("p", &Key::from("7"), None, Algorithm::Gcra),
+            state_key("p", &Key::from(7u64), None, Algorithm::Gcra)
         );
         assert_eq!(
-            state_key("p", &Key::from(7u64).scoped(0xab), Algorithm::Gcra),
-            "p:{i7}:00000000000000ab:gcra"
+            state_key("p", &Key::from(7u64).scoped(0xab), Some(3), Algorithm::Gcra),
+            "p:{i7.3}:00000000000000ab:gcra"
         );
     }
 }

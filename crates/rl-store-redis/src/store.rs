@@ -1,14 +1,21 @@
 //! [`RedisStore`] and its configuration.
 
 use std::fmt;
-use std::sync::Arc;
+use std::num::NonZeroU32;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, ServerErrorKind};
-use rl_core::{Decision, Info, Key, Quota, Store, StoreError, StoreErrorKind};
+use rl_core::{
+    Clock, Decision, Info, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind,
+};
 
+use crate::deny_cache::DenyCache;
 use crate::error::classify;
+use crate::hot_keys::{HotKeyState, HotKeys};
+use crate::lease::{LeasePolicy, Leases};
 use crate::script::{Call, Lua, script, state_key};
 
 /// How to reach Redis. Every timeout is explicit; the defaults are small so that a hung Redis
@@ -33,6 +40,9 @@ pub struct RedisConfig {
     connect_timeout: Duration,
     timeout: Duration,
     skew_warning: Duration,
+    deny_cache: usize,
+    lease: Option<LeasePolicy>,
+    hot_keys: HotKeys,
 }
 
 impl RedisConfig {
@@ -51,6 +61,9 @@ impl RedisConfig {
             prefix: "rl".to_owned(),
             connect_timeout: Duration::from_secs(1),
             timeout: DEFAULT_TIMEOUT,
+            deny_cache: DEFAULT_DENY_CACHE,
+            lease: None,
+            hot_keys: HotKeys::default(),
             skew_warning: Duration::from_millis(100),
         }
     }
@@ -129,6 +142,54 @@ impl RedisConfig {
     /// ```
     pub const fn timeout(mut self, deadline: Duration) -> Self {
         self.timeout = deadline;
+        self
+    }
+
+    /// How many denied keys this gateway remembers (default 100,000; 0 turns the cache off).
+    /// Once Redis denies a key, checks of it are answered here, without a round trip, until
+    /// the denial's retry time: a blocked key, however hot, costs Redis one call per retry
+    /// period instead of one per request. Never admits more: see the crate docs.
+    ///
+    /// ```
+    /// let config = rl_store_redis::RedisConfig::new("redis://127.0.0.1").deny_cache(10_000);
+    /// # drop(config);
+    /// ```
+    pub const fn deny_cache(mut self, max_keys: usize) -> Self {
+        self.deny_cache = max_keys;
+        self
+    }
+
+    /// Leases tokens (off by default): a check that finds no lease here takes `batch` of the
+    /// key's quota from Redis in one round trip, and the next `batch - 1` units of cost are
+    /// admitted locally until `period` has passed. Fewer round trips, at a bounded cost in
+    /// accuracy: across a fleet, any interval admits at most
+    /// `min(rate × period, gateways × batch)` more than the quota (the crate docs derive it);
+    /// tokens unspent at the end of a period are forgotten. When Redis cannot grant a whole
+    /// batch, the check asks for its own cost alone.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// let config = rl_store_redis::RedisConfig::new("redis://127.0.0.1")
+    ///     .lease(NonZeroU32::new(10).unwrap(), Duration::from_millis(100));
+    /// # drop(config);
+    /// ```
+    pub const fn lease(mut self, batch: NonZeroU32, period: Duration) -> Self {
+        self.lease = Some(LeasePolicy { batch, period });
+        self
+    }
+
+    /// Splits hot keys over sub-counters (default: never); see [`HotKeys`].
+    ///
+    /// ```
+    /// use rl_store_redis::{HotKeys, RedisConfig};
+    /// use std::num::NonZeroU32;
+    /// let config = RedisConfig::new("redis://127.0.0.1")
+    ///     .hot_keys(HotKeys::adaptive(1_000, NonZeroU32::new(16).unwrap()));
+    /// # drop(config);
+    /// ```
+    pub const fn hot_keys(mut self, hot_keys: HotKeys) -> Self {
+        self.hot_keys = hot_keys;
         self
     }
 
@@ -239,17 +300,42 @@ impl RedisConfig {
                 ConnectionManager::new_lazy_with_config(client, config).map_err(|e| bad_url(&e))?,
             )
         };
+        let prefix: Arc<str> = Arc::from(self.prefix);
+        let local = Arc::new(Local {
+            clock: MonotonicClock::new(),
+            deny: DenyCache::new(self.deny_cache),
+            leases: self
+                .lease
+                .map(|policy| Leases::new(policy, self.deny_cache.max(1_000))),
+            hot: HotKeyState::new(self.hot_keys),
+            channel: format!("{prefix}:hot-keys"),
+            subscriber: OnceLock::new(),
+        });
+        if self.hot_keys.is_adaptive() {
+            let url = self
+                .cluster
+                .as_ref()
+                .and_then(|nodes| nodes.first())
+                .unwrap_or(&self.url);
+            let client = redis::Client::open(url.as_str()).map_err(|e| bad_url(&e))?;
+            let task = tokio::spawn(subscribe(client, Arc::downgrade(&local)));
+            let _ = local.subscriber.set(AbortOnDrop(task));
+        }
         Ok(RedisStore {
             connection,
-            prefix: Arc::from(self.prefix),
+            prefix,
             timeout: self.timeout,
             skew_warning: self.skew_warning,
+            local,
         })
     }
 }
 
 /// The default deadline of a call: see [`RedisConfig::timeout`].
 const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// The default size of the denied-key cache: see [`RedisConfig::deny_cache`].
+const DEFAULT_DENY_CACHE: usize = 100_000;
 
 /// A configuration that cannot work; the source of an
 /// [`InvalidInput`](StoreErrorKind::InvalidInput) error from [`RedisConfig::connect`].
@@ -300,6 +386,53 @@ pub struct RedisStore {
     prefix: Arc<str>,
     timeout: Duration,
     skew_warning: Duration,
+    local: Arc<Local>,
+}
+
+/// What a gateway keeps in front of Redis, shared by a store's clones.
+#[derive(Debug)]
+struct Local {
+    clock: MonotonicClock,
+    deny: DenyCache,
+    leases: Option<Leases>,
+    hot: HotKeyState,
+    /// The pub/sub channel of hot-key announcements.
+    channel: String,
+    /// The task listening on it (adaptive hot keys only), stopped with the last clone.
+    subscriber: OnceLock<AbortOnDrop>,
+}
+
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Listens for hot-key announcements while the store lives, reconnecting every second while
+/// Redis cannot be reached.
+async fn subscribe(client: redis::Client, local: Weak<Local>) {
+    loop {
+        let Some(channel) = local.upgrade().map(|l| l.channel.clone()) else {
+            return;
+        };
+        if let Ok(mut pubsub) = client.get_async_pubsub().await
+            && pubsub.subscribe(&channel).await.is_ok()
+        {
+            let mut messages = pubsub.on_message();
+            while let Some(message) = messages.next().await {
+                let Some(local) = local.upgrade() else {
+                    return;
+                };
+                local
+                    .hot
+                    .receive(message.get_payload_bytes(), local.clock.now().as_nanos());
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// One multiplexed connection to a server, or the cluster client's connections.
@@ -342,7 +475,11 @@ impl LazyCluster {
                 let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port };
                 let mut replies = connection.route_pipeline(pipeline, 1, 1, route).await?;
                 match replies.pop() {
-                    Some(reply) => redis::from_redis_value(reply).map_err(Into::into),
+                    // A server error in a pipeline comes back as a value: make it an error
+                    // again (`NOSCRIPT` must read as such, so that the script is sent whole).
+                    Some(reply) => {
+                        redis::from_redis_value(reply.extract_error()?).map_err(Into::into)
+                    }
                     None => Err(error),
                 }
             }
@@ -442,7 +579,7 @@ impl RedisStore {
     /// ```
     #[must_use]
     pub fn state_key(&self, key: &Key, quota: &Quota) -> String {
-        state_key(&self.prefix, key, quota.algorithm())
+        state_key(&self.prefix, key, None, quota.algorithm())
     }
 
     /// How far Redis's clock is ahead of this host's (negative: behind), in microseconds: the
@@ -490,6 +627,21 @@ impl RedisStore {
     /// # Errors
     ///
     /// As for [`Store::check`].
+    /// The keys this gateway splits now (by [`HotKeys`]), with their numbers of parts: for a
+    /// debug endpoint or a log line. Empty unless the store splits adaptively.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), rl_core::StoreError> {
+    /// let store = rl_store_redis::RedisConfig::new("redis://127.0.0.1:1").build()?;
+    /// assert!(store.split_keys().is_empty());
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn split_keys(&self) -> Vec<(Key, u32)> {
+        self.local.hot.promoted(self.now())
+    }
+
     /// `call`, failing with [`StoreErrorKind::Timeout`] past the deadline.
     async fn within<T>(
         &self,
@@ -509,19 +661,21 @@ impl RedisStore {
         cost: u32,
         now_micros: u64,
     ) -> Result<Decision, StoreError> {
-        self.run(key, quota, "c", cost, Some(now_micros)).await
+        self.run(key, None, quota, "c", cost, Some(now_micros))
+            .await
     }
 
     async fn run(
         &self,
         key: &Key,
+        part: Option<u32>,
         quota: &Quota,
         mode: &str,
         cost: u32,
         now_micros: Option<u64>,
     ) -> Result<Decision, StoreError> {
         let (lua, figure, limit) = script(quota);
-        let key = self.state_key(key, quota);
+        let key = state_key(&self.prefix, key, part, quota.algorithm());
         let call = Call {
             key: &key,
             mode,
@@ -561,19 +715,159 @@ fn decision(reply: &[i64]) -> Result<Decision, StoreError> {
     }
 }
 
+/// Which counter of a key a check uses: the key's own, or one of its parts when split.
+struct Route {
+    part: Option<u32>,
+    quota: Quota,
+    /// The deny cache's name for the counter.
+    cached: (Key, u32),
+}
+
+impl RedisStore {
+    fn now(&self) -> u64 {
+        self.local.clock.now().as_nanos()
+    }
+
+    fn route(&self, key: &Key, quota: &Quota, now: u64) -> Route {
+        let parts = self.local.hot.parts(key, now);
+        match NonZeroU32::new(parts) {
+            Some(n) if parts > 1 => {
+                let part = fastrand::u32(0..parts);
+                Route {
+                    part: Some(part),
+                    quota: quota.share(n),
+                    cached: (key.clone(), part),
+                }
+            }
+            _ => Route {
+                part: None,
+                quota: *quota,
+                cached: (key.clone(), u32::MAX),
+            },
+        }
+    }
+
+    /// A decision this gateway can make alone: from a lease, or a standing denial.
+    fn decide_locally(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        now: u64,
+    ) -> Option<(Decision, Route)> {
+        let leased = self
+            .local
+            .leases
+            .as_ref()
+            .and_then(|l| l.spend(key, quota, cost, now));
+        let route = self.route(key, quota, now);
+        if let Some(decision) = leased {
+            return Some((decision, route));
+        }
+        let denied = self
+            .local
+            .deny
+            .get(&route.cached, &route.quota, cost, now)?;
+        Some((denied, route))
+    }
+
+    fn announce(&self, payload: Vec<u8>) {
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(&self.local.channel).arg(payload);
+        let store = self.clone();
+        // At most once per key and half hold: a task, not a wait on the request's path.
+        tokio::spawn(async move {
+            let _ = store.within(store.connection.query::<i64>(&publish)).await;
+        });
+    }
+}
+
 impl Store for RedisStore {
+    /// Answers without Redis when this gateway holds a lease for the key, or a denial of it
+    /// that still stands.
+    fn check_ready(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+    ) -> Option<Result<Decision, StoreError>> {
+        if self.local.deny.is_empty() && self.local.leases.is_none() {
+            return None;
+        }
+        let now = self.now();
+        self.decide_locally(key, quota, cost, now)
+            .map(|(d, _)| Ok(d))
+    }
+
     async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
-        self.run(key, quota, "c", cost, None).await
+        let now = self.now();
+        let route = match self.decide_locally(key, quota, cost, now) {
+            Some((decision, _)) => return Ok(decision),
+            None => self.route(key, quota, now),
+        };
+        if let Some(payload) = self.local.hot.record(key, now) {
+            self.announce(payload);
+        }
+        let leases = self.local.leases.as_ref();
+        if let Some(batch) = leases.and_then(|l| l.batch_for(cost)) {
+            let granted = self
+                .run(key, route.part, &route.quota, "c", batch, None)
+                .await?;
+            if let Decision::Allowed(info) = granted {
+                if let Some(leases) = leases {
+                    leases.granted(key, *quota, cost, &info, self.now());
+                }
+                let held = u64::from(batch - cost);
+                return Ok(Decision::Allowed(Info::new(
+                    info.limit(),
+                    info.remaining() + held,
+                    info.reset_after(),
+                    Duration::ZERO,
+                )));
+            }
+            // Not a whole batch left: ask for this check's cost alone.
+        }
+        let decision = self
+            .run(key, route.part, &route.quota, "c", cost, None)
+            .await?;
+        if let Decision::Denied(info) = &decision {
+            self.local
+                .deny
+                .insert(route.cached, route.quota, cost, info, self.now());
+        }
+        Ok(decision)
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
-        self.run(key, quota, "p", 1, None).await
+        let route = self.route(key, quota, self.now());
+        self.run(key, route.part, &route.quota, "p", 1, None).await
     }
 
+    /// Deletes the key's counter (and every part of it, when split), and forgets this
+    /// gateway's lease and denials of it. Other gateways' denials stand until their retry time.
     async fn reset(&self, key: &Key, quota: &Quota) -> Result<(), StoreError> {
+        self.local.deny.remove(key);
+        if let Some(leases) = &self.local.leases {
+            leases.remove(key);
+        }
+        let parts = self
+            .local
+            .hot
+            .parts(key, self.now())
+            .max(self.local.hot.config_parts());
         let mut del = redis::cmd("DEL");
-        del.arg(self.state_key(key, quota));
-        self.within(self.connection.query::<()>(&del)).await
+        del.arg(state_key(&self.prefix, key, None, quota.algorithm()));
+        let mut deletes = vec![del];
+        for part in (0..parts).filter(|_| parts > 1) {
+            let mut del = redis::cmd("DEL");
+            del.arg(state_key(&self.prefix, key, Some(part), quota.algorithm()));
+            deletes.push(del);
+        }
+        // One DEL per key: in a cluster the parts live on different nodes.
+        for del in &deletes {
+            self.within(self.connection.query::<()>(del)).await?;
+        }
+        Ok(())
     }
 }
 

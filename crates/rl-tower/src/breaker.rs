@@ -364,21 +364,23 @@ impl<S: Store, C: Clock> Store for CircuitBreaker<S, C> {
         self.guarded(self.store.check(key, quota, cost)).await
     }
 
-    /// Answers at once while the breaker is open, without locking anything for long or
-    /// allocating: the fast path a request takes while the store is down.
+    /// What the store can decide without I/O (a denial it remembers, say) it still decides,
+    /// open or not, and that counts neither way; otherwise, while open, fails at once without
+    /// locking anything for long or allocating: the path every request takes while the store
+    /// is down.
     fn check_ready(
         &self,
         key: &Key,
         quota: &Quota,
         cost: u32,
     ) -> Option<Result<Decision, StoreError>> {
-        let now = self.clock.now();
-        if self.lock().rejects(now, &self.settings) {
-            return Some(Err(StoreError::new(StoreErrorKind::CircuitOpen)));
+        if let Some(result) = self.store.check_ready(key, quota, cost) {
+            return Some(result);
         }
-        // A store that decides without I/O needs no breaker: let it answer.
-        let _ = (key, quota, cost);
-        None
+        let now = self.clock.now();
+        self.lock()
+            .rejects(now, &self.settings)
+            .then(|| Err(StoreError::new(StoreErrorKind::CircuitOpen)))
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
