@@ -3,6 +3,7 @@
 
 mod conformance;
 mod differential;
+mod scale;
 mod server;
 
 use rl_store_redis::{RedisConfig, RedisStore};
