@@ -71,4 +71,4 @@ pub use rl_core::{Decision, Info, Key, ParseQuotaError, Quota, QuotaError, Store
 pub use rl_store_memory::MemoryStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use rl_store_redis::{RedisConfig, RedisStore};
+pub use rl_store_redis::{HotKeys, RedisConfig, RedisStore};
