@@ -17,9 +17,21 @@ use rl_core::{Decision, Info, Key, Quota};
 /// How often a full cache may be swept for expired entries.
 const SWEEP_EVERY_NANOS: u64 = 100_000_000;
 
+/// Whether a full map may be swept at `now` (at most once per 100 ms, by one caller): a flood
+/// of new keys must not turn every insert into a scan.
+pub(crate) fn sweep_due(last_sweep: &AtomicU64, now: u64) -> bool {
+    let last = last_sweep.load(Ordering::Relaxed);
+    now.saturating_sub(last) >= SWEEP_EVERY_NANOS
+        && last_sweep
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
+
 /// One denial: which quota and cost it was for, and until when it stands (local nanoseconds).
 #[derive(Debug)]
 struct Denial {
+    /// The sub-counter denied (`u32::MAX`: the key's own counter).
+    part: u32,
     quota: Quota,
     cost: u32,
     until: u64,
@@ -30,7 +42,9 @@ struct Denial {
 /// Denials by key (and sub-counter, for split hot keys), bounded by `max_keys`.
 #[derive(Debug)]
 pub(crate) struct DenyCache {
-    map: DashMap<(Key, u32), Denial, RandomState>,
+    /// By key, one denial per sub-counter (almost always one in all): looked up by `&Key`,
+    /// with no copy of the key per check.
+    map: DashMap<Key, Vec<Denial>, RandomState>,
     max_keys: usize,
     last_sweep: AtomicU64,
 }
@@ -48,15 +62,14 @@ impl DenyCache {
     /// one stands.
     pub(crate) fn get(
         &self,
-        key: &(Key, u32),
+        key: &Key,
+        part: u32,
         quota: &Quota,
         cost: u32,
         now: u64,
     ) -> Option<Decision> {
-        if self.map.is_empty() {
-            return None;
-        }
-        let denial = self.map.get(key)?;
+        let denials = self.map.get(key)?;
+        let denial = denials.iter().find(|d| d.part == part)?;
         if denial.quota != *quota || cost < denial.cost || now >= denial.until {
             return None;
         }
@@ -72,44 +85,46 @@ impl DenyCache {
     /// Remembers that Redis denied `cost` for `key` under `quota` with `info`, the reply
     /// having arrived at `now`. A full cache first drops expired denials (at most every 100
     /// ms); still full, it remembers nothing (which costs round trips, never accuracy).
-    pub(crate) fn insert(&self, key: (Key, u32), quota: Quota, cost: u32, info: &Info, now: u64) {
+    pub(crate) fn insert(
+        &self,
+        key: &Key,
+        part: u32,
+        quota: Quota,
+        cost: u32,
+        info: &Info,
+        now: u64,
+    ) {
         if self.max_keys == 0 || info.retry_after().is_zero() {
             return;
         }
-        if self.map.len() >= self.max_keys && !self.map.contains_key(&key) {
-            let last = self.last_sweep.load(Ordering::Relaxed);
-            if now.saturating_sub(last) < SWEEP_EVERY_NANOS
-                || self
-                    .last_sweep
-                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_err()
-            {
+        if self.map.len() >= self.max_keys && !self.map.contains_key(key) {
+            if !sweep_due(&self.last_sweep, now) {
                 return;
             }
-            self.map.retain(|_, denial| denial.until > now);
+            self.map
+                .retain(|_, denials| denials.iter().any(|denial| denial.until > now));
             if self.map.len() >= self.max_keys {
                 return;
             }
         }
         let after =
             |d: Duration| now.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        self.map.insert(
-            key,
-            Denial {
-                quota,
-                cost,
-                until: after(info.retry_after()),
-                limit: info.limit(),
-                reset_at: after(info.reset_after()),
-            },
-        );
+        let denial = Denial {
+            part,
+            quota,
+            cost,
+            until: after(info.retry_after()),
+            limit: info.limit(),
+            reset_at: after(info.reset_after()),
+        };
+        let mut denials = self.map.entry(key.clone()).or_default();
+        denials.retain(|d| d.part != part && d.until > now);
+        denials.push(denial);
     }
 
     /// Forgets every denial of `key` (after a reset).
     pub(crate) fn remove(&self, key: &Key) {
-        if !self.map.is_empty() {
-            self.map.retain(|(k, _), _| k != key);
-        }
+        self.map.remove(key);
     }
 
     #[cfg(test)]
@@ -117,8 +132,9 @@ impl DenyCache {
         self.map.len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.map.is_empty()
+    /// Whether the cache is off (`max_keys` 0): then it never holds anything.
+    pub(crate) const fn is_off(&self) -> bool {
+        self.max_keys == 0
     }
 }
 
@@ -139,32 +155,25 @@ mod tests {
     fn a_denial_stands_until_its_retry_time_for_that_cost_or_more() {
         let cache = DenyCache::new(10);
         let quota = Quota::per_second(5).unwrap();
-        let key = (Key::from(1_u64), 0);
-        cache.insert(key.clone(), quota, 2, &info(100), 1_000);
-        let hit = cache.get(&key, &quota, 2, 1_000).expect("cached");
+        let key = Key::from(1_u64);
+        cache.insert(&key, 0, quota, 2, &info(100), 1_000);
+        let hit = cache.get(&key, 0, &quota, 2, 1_000).expect("cached");
         assert_eq!(hit.info().retry_after(), Duration::from_millis(100));
-        assert!(cache.get(&key, &quota, 3, 50_000_000).is_some());
-        assert_eq!(
-            cache
-                .get(&key, &quota, 2, 50_001_000)
-                .unwrap()
-                .info()
-                .retry_after(),
-            Duration::from_millis(50)
-        );
-        // A smaller cost may fit sooner; another quota is another limit; the time passes.
-        assert!(cache.get(&key, &quota, 1, 1_000).is_none());
-        assert!(
-            cache
-                .get(&key, &Quota::per_second(6).unwrap(), 2, 1_000)
-                .is_none()
-        );
-        assert!(cache.get(&key, &quota, 2, 100_001_000).is_none());
-        assert!(
-            cache
-                .get(&(Key::from(1_u64), 1), &quota, 2, 1_000)
-                .is_none()
-        );
+        assert!(cache.get(&key, 0, &quota, 3, 50_000_000).is_some());
+        let later = cache.get(&key, 0, &quota, 2, 50_001_000).unwrap();
+        assert_eq!(later.info().retry_after(), Duration::from_millis(50));
+        // A smaller cost may fit sooner; another quota is another limit; another part is
+        // another counter; the time passes.
+        assert!(cache.get(&key, 0, &quota, 1, 1_000).is_none());
+        let other = Quota::per_second(6).unwrap();
+        assert!(cache.get(&key, 0, &other, 2, 1_000).is_none());
+        assert!(cache.get(&key, 1, &quota, 2, 1_000).is_none());
+        assert!(cache.get(&key, 0, &quota, 2, 100_001_000).is_none());
+        // Parts are remembered side by side.
+        cache.insert(&key, 1, quota, 1, &info(100), 1_000);
+        assert!(cache.get(&key, 0, &quota, 2, 1_000).is_some());
+        assert!(cache.get(&key, 1, &quota, 1, 1_000).is_some());
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]
@@ -172,26 +181,19 @@ mod tests {
         let cache = DenyCache::new(2);
         let quota = Quota::per_second(5).unwrap();
         let now = SWEEP_EVERY_NANOS;
-        cache.insert((Key::from(1_u64), 0), quota, 1, &info(1), now);
-        cache.insert((Key::from(2_u64), 0), quota, 1, &info(1_000), now);
+        let key = |n: u64| Key::from(n);
+        cache.insert(&key(1), 0, quota, 1, &info(1), now);
+        cache.insert(&key(2), 0, quota, 1, &info(1_000), now);
         // Full, and nothing expired yet: the third is not remembered.
-        cache.insert((Key::from(3_u64), 0), quota, 1, &info(1_000), now + 1);
+        cache.insert(&key(3), 0, quota, 1, &info(1_000), now + 1);
         assert_eq!(cache.len(), 2);
-        assert!(
-            cache
-                .get(&(Key::from(3_u64), 0), &quota, 1, now + 1)
-                .is_none()
-        );
+        assert!(cache.get(&key(3), 0, &quota, 1, now + 1).is_none());
         // Later, the first has expired: a sweep makes room.
         let later = now + 2 * SWEEP_EVERY_NANOS;
-        cache.insert((Key::from(3_u64), 0), quota, 1, &info(1_000), later);
+        cache.insert(&key(3), 0, quota, 1, &info(1_000), later);
         assert_eq!(cache.len(), 2);
-        assert!(
-            cache
-                .get(&(Key::from(3_u64), 0), &quota, 1, later)
-                .is_some()
-        );
-        cache.remove(&Key::from(3_u64));
+        assert!(cache.get(&key(3), 0, &quota, 1, later).is_some());
+        cache.remove(&key(3));
         assert_eq!(cache.len(), 1);
     }
 }

@@ -174,7 +174,6 @@ impl HotKeyState {
         match self.config.mode {
             Mode::Off => 1,
             Mode::Split { parts } => parts,
-            Mode::Adaptive { .. } if self.promoted.is_empty() => 1,
             Mode::Adaptive { .. } => self
                 .promoted
                 .get(key)

@@ -17,9 +17,13 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use std::sync::atomic::AtomicU64;
+
 use dashmap::DashMap;
 use foldhash::fast::RandomState;
 use rl_core::{Decision, Info, Key, Quota};
+
+use crate::deny_cache::sweep_due;
 
 /// How many tokens to lease at a time and for how long; see [`RedisConfig::lease`](crate::RedisConfig::lease).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +47,7 @@ pub(crate) struct Leases {
     map: DashMap<Key, Lease, RandomState>,
     pub(crate) policy: LeasePolicy,
     max_keys: usize,
+    last_sweep: AtomicU64,
 }
 
 impl Leases {
@@ -51,6 +56,7 @@ impl Leases {
             map: DashMap::with_hasher(RandomState::default()),
             policy,
             max_keys,
+            last_sweep: AtomicU64::new(0),
         }
     }
 
@@ -78,6 +84,9 @@ impl Leases {
     /// Redis granted a batch for `key` at `now`, of which `cost` is spent at once.
     pub(crate) fn granted(&self, key: &Key, quota: Quota, cost: u32, info: &Info, now: u64) {
         if self.map.len() >= self.max_keys && !self.map.contains_key(key) {
+            if !sweep_due(&self.last_sweep, now) {
+                return;
+            }
             self.map.retain(|_, lease| lease.expires > now);
             if self.map.len() >= self.max_keys {
                 return;

@@ -719,8 +719,8 @@ fn decision(reply: &[i64]) -> Result<Decision, StoreError> {
 struct Route {
     part: Option<u32>,
     quota: Quota,
-    /// The deny cache's name for the counter.
-    cached: (Key, u32),
+    /// The deny cache's name for the counter (`u32::MAX` for the key's own).
+    cached: u32,
 }
 
 impl RedisStore {
@@ -736,13 +736,13 @@ impl RedisStore {
                 Route {
                     part: Some(part),
                     quota: quota.share(n),
-                    cached: (key.clone(), part),
+                    cached: part,
                 }
             }
             _ => Route {
                 part: None,
                 quota: *quota,
-                cached: (key.clone(), u32::MAX),
+                cached: u32::MAX,
             },
         }
     }
@@ -767,7 +767,7 @@ impl RedisStore {
         let denied = self
             .local
             .deny
-            .get(&route.cached, &route.quota, cost, now)?;
+            .get(key, route.cached, &route.quota, cost, now)?;
         Some((denied, route))
     }
 
@@ -791,7 +791,7 @@ impl Store for RedisStore {
         quota: &Quota,
         cost: u32,
     ) -> Option<Result<Decision, StoreError>> {
-        if self.local.deny.is_empty() && self.local.leases.is_none() {
+        if self.local.deny.is_off() && self.local.leases.is_none() {
             return None;
         }
         let now = self.now();
@@ -833,7 +833,7 @@ impl Store for RedisStore {
         if let Decision::Denied(info) = &decision {
             self.local
                 .deny
-                .insert(route.cached, route.quota, cost, info, self.now());
+                .insert(key, route.cached, route.quota, cost, info, self.now());
         }
         Ok(decision)
     }
