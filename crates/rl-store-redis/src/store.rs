@@ -747,28 +747,23 @@ impl RedisStore {
         }
     }
 
-    /// A decision this gateway can make alone: from a lease, or a standing denial.
+    /// A decision this gateway can make alone: from a lease, or a standing denial of the
+    /// counter `route` picked.
     fn decide_locally(
         &self,
         key: &Key,
         quota: &Quota,
+        route: &Route,
         cost: u32,
         now: u64,
-    ) -> Option<(Decision, Route)> {
-        let leased = self
-            .local
-            .leases
-            .as_ref()
-            .and_then(|l| l.spend(key, quota, cost, now));
-        let route = self.route(key, quota, now);
-        if let Some(decision) = leased {
-            return Some((decision, route));
+    ) -> Option<Decision> {
+        let leases = self.local.leases.as_ref();
+        if let Some(leased) = leases.and_then(|l| l.spend(key, quota, cost, now)) {
+            return Some(leased);
         }
-        let denied = self
-            .local
+        self.local
             .deny
-            .get(key, route.cached, &route.quota, cost, now)?;
-        Some((denied, route))
+            .get(key, route.cached, &route.quota, cost, now)
     }
 
     fn announce(&self, payload: Vec<u8>) {
@@ -777,7 +772,9 @@ impl RedisStore {
         let store = self.clone();
         // At most once per key and half hold: a task, not a wait on the request's path.
         tokio::spawn(async move {
-            let _ = store.within(store.connection.query::<i64>(&publish)).await;
+            if let Err(error) = store.within(store.connection.query::<i64>(&publish)).await {
+                tracing::debug!(%error, "could not announce a hot key; it is split here only");
+            }
         });
     }
 }
@@ -795,16 +792,16 @@ impl Store for RedisStore {
             return None;
         }
         let now = self.now();
-        self.decide_locally(key, quota, cost, now)
-            .map(|(d, _)| Ok(d))
+        let route = self.route(key, quota, now);
+        self.decide_locally(key, quota, &route, cost, now).map(Ok)
     }
 
     async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
         let now = self.now();
-        let route = match self.decide_locally(key, quota, cost, now) {
-            Some((decision, _)) => return Ok(decision),
-            None => self.route(key, quota, now),
-        };
+        let route = self.route(key, quota, now);
+        if let Some(decision) = self.decide_locally(key, quota, &route, cost, now) {
+            return Ok(decision);
+        }
         if let Some(payload) = self.local.hot.record(key, now) {
             self.announce(payload);
         }
