@@ -232,7 +232,7 @@ async fn a_split_key_spreads_over_the_cluster_and_admits_its_parts_shares() {
     let quota = Quota::per_hour(1_600).unwrap();
     for parts in [4_u32, 16] {
         let store = RedisConfig::cluster(cluster.urls())
-            .prefix(&format!("split{parts}"))
+            .prefix(format!("split{parts}"))
             .timeout(Duration::from_secs(10))
             .deny_cache(0)
             .hot_keys(HotKeys::split(NonZeroU32::new(parts).unwrap()))

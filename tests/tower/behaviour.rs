@@ -400,3 +400,42 @@ fn outcomes_are_counted_through_the_metrics_facade() {
         ]
     );
 }
+
+#[tokio::test]
+async fn the_breaker_reports_each_transition_once_not_each_request() {
+    use rl_tower::breaker::CircuitBreaker;
+    use std::sync::Arc;
+
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let breaker = Arc::new(CircuitBreaker::new(Broken).name("redis").backoff(
+        std::time::Duration::from_secs(3_600),
+        std::time::Duration::from_secs(3_600),
+    ));
+    let layer = RateLimitLayer::new(Arc::clone(&breaker), Quota::per_minute(1).unwrap(), Global);
+    let app = app().layer(layer);
+    // The store fails inside the boxed future: keep the recorder installed while it runs.
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    for _ in 0..100 {
+        let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+        assert_eq!(response.status(), StatusCode::OK, "fail open");
+    }
+    let transitions: Vec<(String, u64)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == "rl_breaker_transitions_total")
+        .map(|(key, _, _, value)| {
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let metrics_util::debugging::DebugValue::Counter(n) = value else {
+                panic!("not a counter")
+            };
+            (labels.join(","), n)
+        })
+        .collect();
+    assert_eq!(transitions, [("breaker=redis,to=open".to_owned(), 1)]);
+}

@@ -44,9 +44,10 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server (apt-get install redis-server)");
+        let redis = Self(child, port);
         for _ in 0..200 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Self(child, port);
+                return redis;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -115,7 +116,7 @@ async fn hammer<S: Store + Clone>(stores: Vec<S>, quota: Quota, run: Duration) -
                         admitted.fetch_add(1, Ordering::Relaxed);
                     }
                     n += 1;
-                    if n % 64 == 0 {
+                    if n.is_multiple_of(64) {
                         tokio::task::yield_now().await;
                     }
                 }

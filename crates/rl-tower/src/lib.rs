@@ -18,6 +18,9 @@
 //!   per-route quotas and costs.
 //! - [`key`]: whose quota a request uses: peer IP, client IP behind trusted proxies, a header,
 //!   a verified JWT claim, an extension, or everyone.
+//! - [`breaker`]: a circuit breaker in front of a store; with
+//!   [`FailureMode`](rate_limit::FailureMode), what each layer does while the store fails (let
+//!   requests through, answer 503, or decide on a local share of the quota).
 //!
 //! # Pre-auth limits
 //!
@@ -49,7 +52,7 @@
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
 //! | `memory` | yes | [`MemoryStore`] and [`RateLimitLayer::per_ip`] |
-//! | `redis` | no | `RedisStore` and `RedisConfig` from `rl-store-redis`: one quota for a fleet |
+//! | `redis` | no | `RedisStore`, `RedisConfig` and `HotKeys` from `rl-store-redis`: one quota for a fleet |
 //! | `axum` | no | the peer address from axum's `ConnectInfo<SocketAddr>` |
 //! | `tonic` | no | the peer address from tonic's `TcpConnectInfo` |
 //! | `jwt` | no | [`key::JwtClaim`] |
