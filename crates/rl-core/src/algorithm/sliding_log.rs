@@ -54,8 +54,12 @@ impl AlgorithmState for SlidingLogState {
             return insufficient(limit, remaining, now, self.expires_at(period));
         }
         if cost64 <= remaining {
-            // Entries stay ordered even if the clock stepped back.
-            let at = self.entries.back().map_or(n, |&last| last.max(n));
+            // Entries are stamped with the time rounded *up* to the microsecond, and expire by
+            // the time rounded down: an entry never leaves the log before a whole period of real
+            // time has passed (rounding both down let one expire up to 1 µs early). Entries
+            // stay ordered even if the clock stepped back.
+            let stamp = now.as_nanos().div_ceil(1_000);
+            let at = self.entries.back().map_or(stamp, |&last| last.max(stamp));
             self.entries.extend(std::iter::repeat_n(at, cost as usize));
             return Decision::Allowed(info(
                 limit,
