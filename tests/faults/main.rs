@@ -308,8 +308,9 @@ async fn redis_absent_at_start_then_started() {
     let _server = RedisServer::start_with(port, &[]);
     h.recovered();
     let report = h.finish(SETTLE).await;
-    // The baseline was taken before any connection: allow the one the store now holds.
-    report.assert_common(3);
+    // The baseline was taken before any connection existed: allow for the connection the
+    // store now holds and attempts still closing (a leak would grow with the 20,000 requests).
+    report.assert_common(6);
     report.assert_breaker_opened();
     assert_closed(&report);
 }
@@ -336,9 +337,9 @@ fn keys_on(cluster: &RedisCluster, store: &RedisStore, node: usize) -> Vec<u64> 
         .collect()
 }
 
-fn cluster_store(cluster: &RedisCluster) -> RedisStore {
+fn cluster_store(cluster: &RedisCluster, deadline: Duration) -> RedisStore {
     RedisConfig::cluster(cluster.urls())
-        .timeout(harness::DEADLINE)
+        .timeout(deadline)
         .connect_timeout(Duration::from_millis(200))
         .prefix("faults")
         .build()
@@ -349,7 +350,7 @@ fn cluster_store(cluster: &RedisCluster) -> RedisStore {
 async fn cluster_master_killed_then_failover() {
     let _serial = SERIAL.lock().await;
     let mut cluster = RedisCluster::start();
-    let store = cluster_store(&cluster);
+    let store = cluster_store(&cluster, harness::DEADLINE);
     let (victim, _) = cluster.master_of(0, 0).unwrap();
     // Every client's key lives on the master about to die (the first is used twice: the
     // harness's key 0 is the allowlisted one).
@@ -395,7 +396,11 @@ async fn cluster_master_killed_then_failover() {
 async fn cluster_slot_migration_under_load_keeps_the_count() {
     let _serial = SERIAL.lock().await;
     let cluster = RedisCluster::start();
-    let store = cluster_store(&cluster);
+    // While the slot moves, the cluster client follows MOVED with a slot-map refresh and
+    // retries that can take a few hundred milliseconds: this test is about the count, so its
+    // deadline is generous (a 50 ms deadline would answer those few by the failure mode).
+    let deadline = Duration::from_secs(1);
+    let store = cluster_store(&cluster, deadline);
     let limit = Quota::per_minute(100).unwrap();
     let key = 7_u64;
     let state_key = store.state_key(&Key::from(key), &limit);
@@ -432,7 +437,7 @@ async fn cluster_slot_migration_under_load_keeps_the_count() {
     );
     let report = h.finish(SETTLE).await;
     let elapsed = started.elapsed();
-    report.assert_common(6);
+    report.assert_common_within(6, deadline);
     // Redirections are followed: no request failed, the breaker never opened...
     report.assert_breaker_stayed_closed();
     report.assert_outcomes(&[Outcome::Decided, Outcome::Denied], Outcome::Denied);
