@@ -12,7 +12,8 @@ server=target/release/http_server
 log=$(mktemp)
 pid=""
 redis_pid=""
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; [ -n "$redis_pid" ] && kill $redis_pid; rm -f "$log"' EXIT
+# (each kill may find its process gone: `|| true`, or errexit would end the trap early)
+trap '[ -n "$pid" ] && { kill $pid 2>/dev/null || true; }; [ -n "$redis_pid" ] && { kill $redis_pid || true; }; rm -f "$log"' EXIT
 declare -A rps
 modes="bare rl-allow governor-allow rl-allow-x rl-allow-noheaders governor-allow-noheaders rl-reject governor-reject"
 # With redis-server installed, the same server with its state in a local Redis (one key).
