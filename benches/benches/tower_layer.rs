@@ -17,13 +17,13 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{Request, Response};
-use rl_core::{Decision, Key, Store, StoreError, StoreErrorKind};
 use rl_tower::breaker::{BreakerState, CircuitBreaker};
 use rl_tower::key::PeerIp;
 use rl_tower::rate_limit::FailureMode;
 use rl_tower::{MemoryStore, Quota, RateLimitLayer};
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use tests::Down;
 use tower::{Layer, Service, service_fn};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -91,21 +91,6 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
-}
-
-/// A store that is down.
-struct Down;
-
-impl Store for Down {
-    async fn check(&self, _: &Key, _: &Quota, _: u32) -> Result<Decision, StoreError> {
-        Err(StoreError::new(StoreErrorKind::Connection))
-    }
-    async fn peek(&self, _: &Key, _: &Quota) -> Result<Decision, StoreError> {
-        Err(StoreError::new(StoreErrorKind::Connection))
-    }
-    async fn reset(&self, _: &Key, _: &Quota) -> Result<(), StoreError> {
-        Err(StoreError::new(StoreErrorKind::Connection))
-    }
 }
 
 /// A request's time in the layer while the circuit breaker is open, per failure mode (the

@@ -68,6 +68,16 @@ fn assert_fallback(report: &Report) {
     report.assert_outcomes(&[Outcome::Decided], Outcome::Decided);
 }
 
+/// The fault is over: waits for Redis to decide again, then checks what every fault must
+/// show, the breaker having opened included.
+async fn recovered(mut h: Harness, slack: usize) -> Report {
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(slack);
+    report.assert_breaker_opened();
+    report
+}
+
 async fn healthy_harness(url: String, mode: FailureMode) -> Harness {
     let store = config(url).prefix("faults").build().unwrap();
     let mut harness = Harness::new(store, mode, quota(), keys());
@@ -86,10 +96,7 @@ async fn kill_9_and_restart_on_the_same_port() {
     server.kill();
     tokio::time::sleep(HOLD).await;
     server.restart();
-    h.recovered();
-    let report = h.finish(SETTLE).await;
-    report.assert_common(2);
-    report.assert_breaker_opened();
+    let report = recovered(h, 2).await;
     assert_closed(&report);
 }
 
@@ -102,10 +109,7 @@ async fn sigstop_then_sigcont() {
     server.freeze();
     tokio::time::sleep(HOLD).await;
     server.thaw();
-    h.recovered();
-    let report = h.finish(SETTLE).await;
-    report.assert_common(2);
-    report.assert_breaker_opened();
+    let report = recovered(h, 2).await;
     assert_open(&report);
 }
 
@@ -117,10 +121,7 @@ async fn debug_sleep() {
     h.fault();
     let sleeper = server.query_in_background(redis::cmd("DEBUG").arg("SLEEP").arg(1.5).clone());
     sleeper.join().unwrap();
-    h.recovered();
-    let report = h.finish(SETTLE).await;
-    report.assert_common(2);
-    report.assert_breaker_opened();
+    let report = recovered(h, 2).await;
     assert_fallback(&report);
 }
 
@@ -134,10 +135,7 @@ async fn client_pause() {
         .query(redis::cmd("CLIENT").arg("PAUSE").arg(1_500).arg("ALL"))
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    h.recovered();
-    let report = h.finish(SETTLE).await;
-    report.assert_common(2);
-    report.assert_breaker_opened();
+    let report = recovered(h, 2).await;
     assert_closed(&report);
 }
 
@@ -157,10 +155,7 @@ async fn a_long_script_makes_redis_busy() {
     // Only SCRIPT KILL (and SHUTDOWN NOSAVE) run while a script is busy.
     let _: () = server.query(redis::cmd("SCRIPT").arg("KILL")).unwrap();
     endless.join().unwrap();
-    h.recovered();
-    let report = h.finish(SETTLE).await;
-    report.assert_common(2);
-    report.assert_breaker_opened();
+    let report = recovered(h, 2).await;
     assert_open(&report);
 }
 
@@ -196,10 +191,7 @@ async fn maxmemory_oom() {
     set_maxmemory(1);
     tokio::time::sleep(HOLD).await;
     set_maxmemory(0);
-    h.recovered();
-    let report = h.finish(SETTLE).await;
-    report.assert_common(2);
-    report.assert_breaker_opened();
+    let report = recovered(h, 2).await;
     assert_closed(&report);
 }
 
@@ -262,10 +254,7 @@ async fn pool_exhaustion_behind_a_slow_proxy() {
     proxy.set(Fault::Delay(Duration::from_millis(80)));
     tokio::time::sleep(HOLD).await;
     proxy.set(Fault::None);
-    h.recovered();
-    let report = h.finish(SETTLE).await;
-    report.assert_common(2);
-    report.assert_breaker_opened();
+    let report = recovered(h, 2).await;
     assert_closed(&report);
 }
 
@@ -282,10 +271,7 @@ async fn proxy_black_hole_refuse_and_cut() {
     proxy.cut();
     tokio::time::sleep(Duration::from_millis(700)).await;
     proxy.set(Fault::None);
-    h.recovered();
-    let report = h.finish(SETTLE).await;
-    report.assert_common(2);
-    report.assert_breaker_opened();
+    let report = recovered(h, 2).await;
     assert_fallback(&report);
     assert!(
         proxy.connections() >= 2,

@@ -8,30 +8,7 @@ use std::time::{Duration, Instant};
 
 use rl_core::{Key, Quota, Store};
 use rl_store_redis::{HotKeys, RedisConfig, RedisStore};
-use tests::redis_server::{RedisCluster, RedisServer};
-
-/// How many times Redis has run a script (`EVALSHA` and `EVAL`), from `INFO commandstats`.
-fn script_calls(info: &str) -> u64 {
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
-fn server_script_calls(server: &RedisServer) -> u64 {
-    script_calls(
-        &server
-            .query::<String>(redis::cmd("INFO").arg("commandstats"))
-            .unwrap(),
-    )
-}
+use tests::redis_server::{RedisCluster, RedisServer, script_calls};
 
 /// Loads the scripts (a first call costs `EVALSHA`, then `EVAL`), so that counts start clean.
 async fn warm_up(store: &RedisStore) {
@@ -54,7 +31,7 @@ async fn a_blocked_key_costs_one_redis_call_not_one_per_request() {
     let quota = Quota::per_minute(10).unwrap();
     let key = Key::from("blocked");
     warm_up(&store).await;
-    let before = server_script_calls(&server);
+    let before = server.script_calls();
     let mut admitted = 0;
     for _ in 0..10_000 {
         // As the layer does: the I/O-free answer first.
@@ -73,7 +50,7 @@ async fn a_blocked_key_costs_one_redis_call_not_one_per_request() {
     }
     assert_eq!(admitted, 10);
     // 10 admissions and the first denial; the other 9,989 denials were answered here.
-    assert_eq!(server_script_calls(&server) - before, 11);
+    assert_eq!(server.script_calls() - before, 11);
 }
 
 #[tokio::test]
@@ -86,12 +63,12 @@ async fn without_the_cache_every_denial_is_a_round_trip() {
     let quota = Quota::per_minute(10).unwrap();
     let key = Key::from("blocked");
     warm_up(&store).await;
-    let before = server_script_calls(&server);
+    let before = server.script_calls();
     for _ in 0..100 {
         assert!(store.check_ready(&key, &quota, 1).is_none());
         store.check(&key, &quota, 1).await.unwrap();
     }
-    assert_eq!(server_script_calls(&server) - before, 100);
+    assert_eq!(server.script_calls() - before, 100);
 }
 
 /// `gateways` stores (each its own local cache) on one server, each with `tasks` clients
@@ -207,7 +184,7 @@ async fn leases_save_round_trips_below_the_limit() {
         })
         .collect();
     warm_up(&stores[0]).await;
-    let before = server_script_calls(&server);
+    let before = server.script_calls();
     let key = Key::from("busy-but-under");
     let mut admitted = 0_u64;
     for _ in 0..500 {
@@ -219,7 +196,7 @@ async fn leases_save_round_trips_below_the_limit() {
             admitted += u64::from(decision.is_allowed());
         }
     }
-    let calls = server_script_calls(&server) - before;
+    let calls = server.script_calls() - before;
     assert_eq!(admitted, 2_000);
     // One call per batch of 20.
     assert_eq!(calls, 2_000 / u64::from(batch), "{calls} calls");

@@ -66,6 +66,43 @@ fn mapped_written(written: &str, client: IpAddr) -> bool {
 
 pub mod proxy;
 
+/// A store that is down: every call fails with a connection error.
+///
+/// ```
+/// # async fn demo() {
+/// use rl_core::{Key, Quota, Store};
+/// let failed = tests::Down.check(&Key::from(1_u64), &Quota::per_second(1).unwrap(), 1).await;
+/// assert!(failed.unwrap_err().is_connection());
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Down;
+
+impl rl_core::Store for Down {
+    async fn check(
+        &self,
+        _: &rl_core::Key,
+        _: &rl_core::Quota,
+        _: u32,
+    ) -> Result<rl_core::Decision, rl_core::StoreError> {
+        Err(down())
+    }
+    async fn peek(
+        &self,
+        _: &rl_core::Key,
+        _: &rl_core::Quota,
+    ) -> Result<rl_core::Decision, rl_core::StoreError> {
+        Err(down())
+    }
+    async fn reset(&self, _: &rl_core::Key, _: &rl_core::Quota) -> Result<(), rl_core::StoreError> {
+        Err(down())
+    }
+}
+
+fn down() -> rl_core::StoreError {
+    rl_core::StoreError::new(rl_core::StoreErrorKind::Connection)
+}
+
 pub mod redis_server {
     //! A `redis-server` of the test's own, on a free loopback port, stopped on drop.
 
@@ -173,6 +210,21 @@ pub mod redis_server {
             let client = redis::Client::open(self.url())?;
             let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
             cmd.query(&mut connection)
+        }
+
+        /// How many scripts the server has run (`EVALSHA` and `EVAL` calls, from
+        /// `INFO commandstats`).
+        ///
+        /// # Panics
+        ///
+        /// When the server does not answer.
+        #[must_use]
+        pub fn script_calls(&self) -> u64 {
+            script_calls(
+                &self
+                    .query::<String>(redis::cmd("INFO").arg("commandstats"))
+                    .expect("INFO"),
+            )
         }
 
         /// Runs `cmd` on a connection of its own from a thread, without waiting for it: for
@@ -491,6 +543,22 @@ pub mod redis_server {
             }
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+
+    /// The script calls (`EVALSHA` + `EVAL`) in an `INFO commandstats` reply.
+    #[must_use]
+    pub fn script_calls(info: &str) -> u64 {
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
     }
 
     fn ping(port: u16) -> bool {

@@ -11,34 +11,19 @@
 
 use std::convert::Infallible;
 use std::num::NonZeroU32;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use http::{Request, Response, StatusCode};
-use rl_core::{Decision, Key, Quota, Store, StoreError, StoreErrorKind};
+use rl_core::{Decision, Key, Quota, Store, StoreError};
 use rl_tower::breaker::{BreakerState, CircuitBreaker};
 use rl_tower::key::Global;
 use rl_tower::rate_limit::FailureMode;
 use rl_tower::{MemoryStore, RateLimitLayer, RedisConfig};
+use tests::Down;
+use tests::redis_server::RedisServer;
 use tower::{Service, ServiceBuilder, ServiceExt};
-
-/// A store that is down.
-#[derive(Debug)]
-struct Down;
-
-impl Store for Down {
-    async fn check(&self, _: &Key, _: &Quota, _: u32) -> Result<Decision, StoreError> {
-        Err(StoreError::new(StoreErrorKind::Connection))
-    }
-    async fn peek(&self, _: &Key, _: &Quota) -> Result<Decision, StoreError> {
-        Err(StoreError::new(StoreErrorKind::Connection))
-    }
-    async fn reset(&self, _: &Key, _: &Quota) -> Result<(), StoreError> {
-        Err(StoreError::new(StoreErrorKind::Connection))
-    }
-}
 
 fn percentiles(name: &str, mut samples: Vec<Duration>) {
     samples.sort_unstable();
@@ -109,56 +94,6 @@ where
     samples
 }
 
-struct Redis {
-    child: Child,
-}
-
-impl Redis {
-    fn start(port: u16) -> Self {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .args(["--appendonly", "no", "--dir"])
-            .arg(std::env::temp_dir())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (apt-get install redis-server)");
-        let redis = Self { child };
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return redis;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server did not start on {port}")
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// Counts what a store decides, so that Redis's decisions can be told from the fallback's.
 #[derive(Debug)]
 struct Counted<S> {
@@ -186,13 +121,12 @@ async fn outage(outage: Duration) {
     const GATEWAYS: u32 = 4;
     // 100 per second, bursts of 100: the limit of the one hot key every client hits.
     let quota = Quota::per_second(100).expect("quota");
-    let port = free_port();
-    let mut redis = Redis::start(port);
+    let mut redis = RedisServer::start();
     let (backoff, max_backoff) = (Duration::from_millis(500), Duration::from_secs(5));
     let mut gateways = Vec::new();
     let mut breakers = Vec::new();
     for _ in 0..GATEWAYS {
-        let store = RedisConfig::new(format!("redis://127.0.0.1:{port}"))
+        let store = RedisConfig::new(redis.url())
             .prefix("resilience")
             .build()
             .expect("store");
@@ -256,7 +190,7 @@ async fn outage(outage: Duration) {
         .iter()
         .map(|b| b.get_ref().decided.load(Ordering::SeqCst))
         .sum();
-    let mut redis = Redis::start(port);
+    redis.restart();
     let restarted = Instant::now();
     let resumed = loop {
         let decided: u64 = breakers

@@ -9,7 +9,6 @@
 //! `cargo run --release -p benches --bin scale [SECS]`
 
 use std::num::NonZeroU32;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -17,75 +16,10 @@ use std::time::{Duration, Instant};
 use rl_core::{Key, Quota, Store};
 use rl_store_memory::MemoryStore;
 use rl_store_redis::{HotKeys, RedisConfig, RedisStore};
+use tests::redis_server::RedisServer;
 
 const GATEWAYS: usize = 4;
 const CLIENTS: usize = 8;
-
-struct Redis(Child, u16);
-
-impl Redis {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .args(["--appendonly", "no", "--dir"])
-            .arg(std::env::temp_dir())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (apt-get install redis-server)");
-        let redis = Self(child, port);
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return redis;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server did not start")
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.1)
-    }
-
-    fn script_calls(&self) -> u64 {
-        let mut connection = redis::Client::open(self.url())
-            .and_then(|c| c.get_connection())
-            .expect("connect");
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut connection)
-            .expect("INFO");
-        info.lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .filter_map(|l| {
-                l.split("calls=")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum()
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 struct Run {
     admitted: u64,
@@ -148,7 +82,7 @@ fn row(name: &str, run: &Run, bound: f64, calls: Option<u64>) {
 }
 
 async fn scenario(
-    redis: &Redis,
+    redis: &RedisServer,
     name: &str,
     config: impl Fn(RedisConfig) -> RedisConfig,
     quota: Quota,
@@ -229,7 +163,7 @@ async fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(3);
     let run = Duration::from_secs(secs);
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let blocked = Quota::per_second(100).expect("quota");
     println!(
         "One hot key, {GATEWAYS} gateways × {CLIENTS} clients, {secs} s each; bound = burst + rate × t.\n"
