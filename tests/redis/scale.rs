@@ -308,3 +308,41 @@ async fn an_adaptive_split_is_announced_to_every_gateway_then_demoted() {
     assert!(busy.split_keys().is_empty());
     assert!(quiet.split_keys().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_split_is_announced_across_a_cluster() {
+    let cluster = RedisCluster::start();
+    let hot = HotKeys::adaptive(200, NonZeroU32::new(8).unwrap()).hold(Duration::from_secs(5));
+    let build = |urls: Vec<String>| {
+        RedisConfig::cluster(urls)
+            .prefix("adaptive-cluster")
+            .timeout(Duration::from_secs(10))
+            .deny_cache(0)
+            .hot_keys(hot)
+            .build()
+            .unwrap()
+    };
+    // The two gateways know the cluster through different nodes.
+    let urls = cluster.urls();
+    let busy = build(urls.clone());
+    let quiet = build(urls.into_iter().rev().collect());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let quota = Quota::per_second(100_000).unwrap();
+    let key = Key::from("tenant-9");
+    for _ in 0..300 {
+        busy.check(&key, &quota, 1).await.unwrap();
+    }
+    assert_eq!(busy.split_keys(), vec![(key.clone(), 8)]);
+    let started = Instant::now();
+    while quiet.split_keys().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the other gateway never heard"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Its checks now land on the parts, spread over the masters.
+    for _ in 0..200 {
+        assert!(quiet.check(&key, &quota, 1).await.unwrap().is_allowed());
+    }
+}
