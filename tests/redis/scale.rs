@@ -263,6 +263,24 @@ async fn a_split_key_spreads_over_the_cluster_and_admits_its_parts_shares() {
     }
 }
 
+/// 300 checks of `key` within a second on `busy` (over its threshold of 200) split it there;
+/// `quiet` hears of it within 3 s.
+async fn promote_and_hear(busy: &RedisStore, quiet: &RedisStore, key: &Key, quota: &Quota) {
+    for _ in 0..300 {
+        busy.check(key, quota, 1).await.unwrap();
+    }
+    assert_eq!(busy.split_keys(), vec![(key.clone(), 8)]);
+    let started = Instant::now();
+    while quiet.split_keys().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the other gateway never heard"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(quiet.split_keys(), vec![(key.clone(), 8)]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adaptive_split_is_announced_to_every_gateway_then_demoted() {
     let server = RedisServer::start();
@@ -278,22 +296,11 @@ async fn an_adaptive_split_is_announced_to_every_gateway_then_demoted() {
     let (busy, quiet) = (build(), build());
     // Let both subscribe.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let quota = Quota::per_second(100_000).unwrap();
+    // Plenty, and slow to refill: the keys a few hundred checks write live for a while
+    // (every key expires once its state is fresh again).
+    let quota = Quota::per_hour(1_000_000).unwrap();
     let key = Key::from("tenant-7");
-    // 300 checks within a second on one gateway: over its threshold of 200.
-    for _ in 0..300 {
-        busy.check(&key, &quota, 1).await.unwrap();
-    }
-    assert_eq!(busy.split_keys(), vec![(key.clone(), 8)]);
-    let started = Instant::now();
-    while quiet.split_keys().is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "the other gateway never heard"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(quiet.split_keys(), vec![(key.clone(), 8)]);
+    promote_and_hear(&busy, &quiet, &key, &quota).await;
     // The quiet gateway now counts in the parts, in their own slots.
     for _ in 0..50 {
         quiet.check(&key, &quota, 1).await.unwrap();
@@ -327,22 +334,23 @@ async fn an_adaptive_split_is_announced_across_a_cluster() {
     let busy = build(urls.clone());
     let quiet = build(urls.into_iter().rev().collect());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let quota = Quota::per_second(100_000).unwrap();
+    // Plenty, and slow to refill: the keys a few hundred checks write live for a while
+    // (every key expires once its state is fresh again).
+    let quota = Quota::per_hour(1_000_000).unwrap();
     let key = Key::from("tenant-9");
-    for _ in 0..300 {
-        busy.check(&key, &quota, 1).await.unwrap();
-    }
-    assert_eq!(busy.split_keys(), vec![(key.clone(), 8)]);
-    let started = Instant::now();
-    while quiet.split_keys().is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "the other gateway never heard"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // Its checks now land on the parts, spread over the masters.
+    promote_and_hear(&busy, &quiet, &key, &quota).await;
+    // It keeps deciding, and the parts (`{KEY.PART}` keys, in slots of their own) live on the
+    // cluster.
     for _ in 0..200 {
         assert!(quiet.check(&key, &quota, 1).await.unwrap().is_allowed());
     }
+    let parts: usize = (0..6)
+        .map(|node| {
+            let keys: Vec<String> = cluster
+                .query(node, redis::cmd("KEYS").arg("adaptive-cluster:*"))
+                .unwrap();
+            keys.iter().filter(|k| k.contains('.')).count()
+        })
+        .sum();
+    assert!(parts > 0, "no part keys on any node");
 }
