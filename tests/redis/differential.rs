@@ -1,5 +1,6 @@
 //! 100,000 random operations per algorithm through rl-core and through its Lua script on a
-//! real server, at the same (explicit) times: identical decisions.
+//! real server, at the same (explicit) times, the clock stepping back now and then: identical
+//! decisions.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRng, TestRunner};
@@ -61,6 +62,10 @@ async fn run_key<S: AlgorithmState>(
             2 => rng.random_range(0..=period / 3 + 1),
             _ => rng.random_range(0..=period * 2),
         };
+        // Now and then the clock steps back (a failover to a host whose clock is behind).
+        if rng.random_range(0..25) == 0 {
+            now -= rng.random_range(0..=period * 2);
+        }
         let cost = match rng.random_range(0..10) {
             0 => 0,
             1 => rng.random_range(0..=quota.burst() + 2),

@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+use crate::Quota;
+
 /// Keys longer than this many bytes are replaced by their SHA-256 digest.
 pub const MAX_KEY_LEN: usize = 128;
 
@@ -127,6 +129,27 @@ impl Key {
     #[inline]
     pub const fn scope(&self) -> u64 {
         self.scope
+    }
+
+    /// The id under which a store keeps this key's state for `quota`: the key's
+    /// [scope](Self::scope) and the quota's [fingerprint](Quota::fingerprint), mixed. A key
+    /// has one state per limit id, so that it counts apart under each named limit and under
+    /// each quota: a per-route quota chosen by [`Quota`] never shares a bucket with another.
+    /// The same on every host.
+    ///
+    /// ```
+    /// use rl_core::{Key, Quota};
+    /// let (login, reads) = (Quota::per_hour(5)?, Quota::per_minute(100)?);
+    /// let key = Key::from("user-1");
+    /// assert_ne!(key.limit_id(&login), key.limit_id(&reads));
+    /// assert_ne!(key.limit_id(&login), key.clone().scoped(7).limit_id(&login));
+    /// assert_eq!(key.limit_id(&login), Key::from(42u64).limit_id(&login));
+    /// # Ok::<(), rl_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    #[inline]
+    pub const fn limit_id(&self, quota: &Quota) -> u64 {
+        crate::quota::mix(self.scope ^ crate::quota::mix(quota.fingerprint()))
     }
 
     /// A scope id for the limit named `name`: the first 8 bytes of its SHA-256, never 0. The

@@ -12,6 +12,9 @@ const MAX_PERIOD_MICROS: u64 = 366 * 86_400 * 1_000_000;
 /// Every span an algorithm adds to a timestamp stays at or below this (about 142 years), so
 /// timestamp + span stays below 2^53 and is exact in Lua.
 const MAX_SPAN_MICROS: u64 = 1 << 52;
+/// A quota's burst takes at most this long to refill (about 71 years): half the span
+/// arithmetic allows, so that every [`Quota::share`] of it stays within that span too.
+const MAX_BURST_SPAN_MICROS: u64 = MAX_SPAN_MICROS / 2;
 /// The sliding log keeps one timestamp per admitted unit of cost; this bounds its size.
 const MAX_LOG_LIMIT: u32 = 4_096;
 
@@ -74,7 +77,7 @@ impl Algorithm {
         }
     }
 
-    const fn has_burst(self) -> bool {
+    pub(crate) const fn has_burst(self) -> bool {
         matches!(self, Self::Gcra | Self::TokenBucket)
     }
 }
@@ -138,6 +141,8 @@ pub struct Quota {
     period_micros: u64,
     /// `period / count`, rounded up (derived; kept to spare a division per check).
     interval_micros: u64,
+    /// [`Quota::fingerprint`] (derived; kept to spare hashing per check).
+    fingerprint: u64,
 }
 
 impl Quota {
@@ -173,6 +178,7 @@ impl Quota {
             burst: count,
             period_micros,
             interval_micros: 0,
+            fingerprint: 0,
         }
         .validated()
     }
@@ -352,7 +358,12 @@ impl Quota {
     /// One of `n` equal shares of this quota, each rounded up: the quota each of `n` gateways
     /// enforces alone when they cannot share state, or each of `n` sub-counters of a hot key.
     /// Together the `n` shares admit at most `n - 1` more than the whole, per period and at
-    /// once (`n × ⌈count / n⌉ ≤ count + n - 1`); no share is ever below 1.
+    /// once (`n × ⌈count / n⌉ ≤ count + n - 1`); no share is ever below 1, and none is ever
+    /// more than the `n`-th part rounded up.
+    ///
+    /// Every share of a valid quota is itself valid: a quota's burst may take at most 71 years
+    /// to refill, so that a share's (at most twice as long, by rounding) stays within what the
+    /// algorithms compute exactly. A quota too long for that is refused when it is built.
     ///
     /// ```
     /// use rl_core::Quota;
@@ -365,15 +376,21 @@ impl Quota {
     /// # Ok::<(), rl_core::QuotaError>(())
     /// ```
     #[must_use]
-    pub fn share(self, n: NonZeroU32) -> Self {
-        let n = n.get();
-        let smaller = Self {
-            count: self.count.div_ceil(n),
-            burst: self.burst.div_ceil(n),
+    pub const fn share(self, n: NonZeroU32) -> Self {
+        // Why the share is valid without checking: with `c' = ⌈c/n⌉ ≥ c/n` the share's
+        // interval `I' = ⌈P/c'⌉ ≤ n × I`, so for `n ≤ b` its burst span
+        // `⌈b/n⌉ × I' ≤ (b + n - 1) × I < 2 × b × I ≤ 2 × MAX_BURST_SPAN = MAX_SPAN`, and for
+        // `n > b` it is `I' ≤ P`; a smaller count passes the rate and window limits the whole
+        // passed, and a window's burst stays equal to its count.
+        let count = self.count.div_ceil(n.get());
+        let burst = self.burst.div_ceil(n.get());
+        Self {
+            count,
+            burst,
+            interval_micros: self.period_micros.div_ceil(count as u64),
             ..self
-        };
-        // Smaller figures over the same period pass every check the whole passed.
-        smaller.validated().unwrap_or(self)
+        }
+        .with_fingerprint()
     }
 
     /// Checks the figures and fills in the derived interval.
@@ -397,7 +414,7 @@ impl Quota {
                 return Err(QuotaError::RateTooHigh { count, period });
             }
             if u64::from(burst).saturating_mul(period_micros.div_ceil(u64::from(count)))
-                > MAX_SPAN_MICROS
+                > MAX_BURST_SPAN_MICROS
             {
                 return Err(QuotaError::BurstTooLarge { burst, period });
             }
@@ -417,8 +434,49 @@ impl Quota {
             });
         }
         self.interval_micros = period_micros.div_ceil(u64::from(count));
-        Ok(self)
+        Ok(self.with_fingerprint())
     }
+
+    const fn with_fingerprint(mut self) -> Self {
+        let algorithm = match self.algorithm {
+            Algorithm::Gcra => 1,
+            Algorithm::TokenBucket => 2,
+            Algorithm::FixedWindow => 3,
+            Algorithm::SlidingWindow => 4,
+            Algorithm::SlidingLog => 5,
+        };
+        let mut h = mix(algorithm);
+        h = mix(h ^ self.count as u64);
+        h = mix(h ^ self.burst as u64);
+        self.fingerprint = mix(h ^ self.period_micros);
+        self
+    }
+
+    /// A 64-bit fingerprint of the quota (its algorithm, count, burst and period): equal
+    /// quotas have equal fingerprints on every host and in every version of this crate, and
+    /// different quotas practically never do. Stores keep a key's state per quota under it
+    /// (the Redis store writes it into its key names), so requests decided under different
+    /// quotas never share state.
+    ///
+    /// ```
+    /// use rl_core::Quota;
+    /// let login = Quota::per_hour(5)?;
+    /// assert_eq!(login.fingerprint(), Quota::per_hour(5)?.fingerprint());
+    /// assert_ne!(login.fingerprint(), Quota::per_minute(100)?.fingerprint());
+    /// # Ok::<(), rl_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    #[inline]
+    pub const fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+}
+
+/// splitmix64's finalizer: a fixed bijective mix of 64 bits, the same everywhere.
+pub(crate) const fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 const UNITS: [(u64, &str); 6] = [
@@ -574,7 +632,8 @@ pub enum QuotaError {
         /// The period given.
         period: Duration,
     },
-    /// `burst` intervals of `period / count` would span more than 2^52 microseconds.
+    /// `burst` intervals of `period / count` would span more than 2^51 microseconds (about 71
+    /// years): too long to refill, and to share.
     BurstTooLarge {
         /// The burst given.
         burst: u32,
@@ -635,7 +694,7 @@ impl fmt::Display for QuotaError {
             ),
             Self::BurstTooLarge { burst, period } => write!(
                 f,
-                "quota burst {burst} is too large for its period {period:?}: it would take more than 142 years to refill"
+                "quota burst {burst} is too large for its period {period:?}: it would take more than 71 years to refill"
             ),
             Self::BurstNotSupported { algorithm, burst } => write!(
                 f,
@@ -809,6 +868,61 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_share_is_never_the_whole_quota() {
+        // Reproduced: this quota passed validation, its half did not, and `share` then
+        // returned the whole quota to each of the two gateways.
+        let two_a_year = Quota::new(2, Duration::from_secs(365 * 86_400)).unwrap();
+        match two_a_year.with_burst(285) {
+            Ok(quota) => {
+                let half = quota.share(NonZeroU32::new(2).unwrap());
+                assert_eq!((half.count(), half.burst()), (1, 143), "{half}");
+            }
+            // Refused when configured, where the operator sees it: also right.
+            Err(err) => assert!(matches!(err, QuotaError::BurstTooLarge { .. }), "{err}"),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_share_is_the_nth_part_rounded_up(
+            count in proptest::prop_oneof![1u32..=8, 1u32..=5_000],
+            period_us in proptest::prop_oneof![MAX_PERIOD_MICROS / 2..=MAX_PERIOD_MICROS, 1u64..=MAX_PERIOD_MICROS],
+            burst_from_top in proptest::prop_oneof![0u64..=3, 0u64..=2_000],
+            n in proptest::prop_oneof![1u32..=8, 1u32..=5_000],
+            algorithm in proptest::sample::select(Algorithm::ALL.to_vec()),
+        ) {
+            let Ok(quota) = Quota::new(count, Duration::from_micros(period_us))
+                .and_then(|q| q.with_algorithm(algorithm))
+            else {
+                return Ok(());
+            };
+            // Bursts near the largest the period allows, where shares used to fail.
+            let quota = if algorithm.has_burst() {
+                let top = MAX_BURST_SPAN_MICROS / quota.emission_interval_micros();
+                let burst = u32::try_from(top.saturating_sub(burst_from_top).max(1)).unwrap_or(u32::MAX);
+                match quota.with_burst(burst) {
+                    Ok(q) => q,
+                    Err(_) => return Ok(()),
+                }
+            } else {
+                quota
+            };
+            let share = quota.share(NonZeroU32::new(n).unwrap());
+            proptest::prop_assert_eq!(share.count(), count.div_ceil(n));
+            proptest::prop_assert_eq!(share.burst(), quota.burst().div_ceil(n));
+            proptest::prop_assert_eq!(share.period(), quota.period());
+            proptest::prop_assert_eq!(share.algorithm(), quota.algorithm());
+            // Within what the algorithms compute exactly, and valid in every other respect.
+            proptest::prop_assert!(share.tolerance_micros() <= MAX_SPAN_MICROS);
+            let other_checks = if algorithm.has_burst() { Quota { burst: 1, ..share } } else { share };
+            proptest::prop_assert_eq!(
+                other_checks.validated().map(|q| q.emission_interval_micros()),
+                Ok(share.emission_interval_micros())
+            );
+        }
     }
 
     #[test]

@@ -8,9 +8,9 @@ use crate::{Decision, Key, Quota, StoreError};
 /// Where limiter state lives. Implemented by `rl-store-memory` (in process) and
 /// `rl-store-redis` (shared by a fleet).
 ///
-/// A store keeps one state per key and [`Algorithm`](crate::Algorithm): two limits on the
-/// same key with the same algorithm share that state, so give each limit its own store (or
-/// its own key prefix) when they must count apart.
+/// A store keeps one state per key, [scope](Key::scoped) and [`Quota`]
+/// ([`Key::limit_id`]): requests decided under different quotas, or under differently named
+/// limits, never share state, even on one key.
 ///
 /// The futures are `Send`, so generic callers (a tower service) can spawn or box them, while an
 /// implementor may write plain `async fn`s.

@@ -5,7 +5,10 @@ use crate::{Decision, Quota, Timestamp};
 /// (so `100/min` windows start on the minute).
 ///
 /// Cheap and easy to explain, but a client can spend a full window's count at the end of one
-/// window and again at the start of the next: up to 2 × `count` within one `period`.
+/// window and again at the start of the next: up to 2 × `count` within one `period`. A stored
+/// window after `now`'s (a clock that stepped back) becomes `now`'s window, spent in full (the
+/// state no longer knows what `now`'s window had spent): a denial never lasts longer than one
+/// period, and a window the clock passes through twice never hands out its count twice.
 ///
 /// ```
 /// use rl_core::algorithm::{AlgorithmState, FixedWindowState};
@@ -34,15 +37,29 @@ impl AlgorithmState for FixedWindowState {
         let limit = u64::from(quota.count());
         let cost = u64::from(cost);
         let window = now.as_micros() / period;
-        if window > self.window {
-            *self = Self { window, count: 0 };
+        let mut next = *self;
+        if window > next.window {
+            next = Self { window, count: 0 };
+        } else if window < next.window {
+            // The clock stepped back: now's window may have been spent before the state moved
+            // on, so it counts as spent, until its end.
+            next = Self {
+                window,
+                count: next.count.max(limit),
+            };
+            *self = next;
         }
-        let reset_at = self.window.saturating_add(1).saturating_mul(period);
-        let remaining = limit.saturating_sub(self.count);
+        let reset_at = next.window.saturating_add(1).saturating_mul(period);
+        let remaining = limit.saturating_sub(next.count);
         if cost > limit {
             insufficient(limit, remaining, now, reset_at)
         } else if cost <= remaining {
-            self.count += cost;
+            if cost > 0 {
+                *self = Self {
+                    count: next.count + cost,
+                    ..next
+                };
+            }
             Decision::Allowed(info(limit, remaining - cost, now, reset_at, 0))
         } else {
             Decision::Denied(info(limit, remaining, now, reset_at, reset_at))

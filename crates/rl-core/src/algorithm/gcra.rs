@@ -8,6 +8,10 @@ use crate::{Decision, Info, Quota, Timestamp};
 /// cost `c` is admitted at `now` when `max(tat, now) + c × T <= now + τ`, which moves the TAT
 /// there. Admits `burst` at once, then one per `T`.
 ///
+/// A stored TAT beyond `now + τ` can only come from a clock that stepped back (a failover to a
+/// host whose clock is behind, an NTP step): it is read as `now + τ` (the key fully spent
+/// now), so a step back never denies for longer than `τ`, the quota's own horizon.
+///
 /// ```
 /// use rl_core::algorithm::{AlgorithmState, GcraState};
 /// use rl_core::{Quota, Timestamp};
@@ -36,7 +40,9 @@ impl AlgorithmState for GcraState {
         let limit = u64::from(quota.burst());
         let n = now.as_micros();
         let horizon = n.saturating_add(quota.tolerance_micros()); // now + τ
-        let tat = self.tat.max(n);
+        // A TAT past the horizon is a clock that stepped back: fully spent now, no more.
+        let clamped = self.tat > horizon;
+        let tat = self.tat.min(horizon).max(n);
         // remaining = (horizon - tat) / interval, divided only if read
         let info = |tat: u64, retry_at: u64| {
             Info::from_parts(
@@ -52,7 +58,9 @@ impl AlgorithmState for GcraState {
         }
         let new_tat = tat.saturating_add(interval.saturating_mul(u64::from(cost)));
         if new_tat <= horizon {
-            self.tat = new_tat;
+            if cost > 0 || clamped {
+                self.tat = new_tat;
+            }
             Decision::Allowed(info(new_tat, 0))
         } else {
             let allowed_at = new_tat - (horizon - n);

@@ -1,9 +1,10 @@
 //! The five algorithms, as pure state machines over integer microseconds.
 //!
 //! Each state type is the whole per-key state of its algorithm. [`AlgorithmState::check`]
-//! takes the current time, a cost and the [`Quota`], updates the state only when the request is
-//! admitted (apart from equivalent re-encodings such as a token bucket's refill), and returns
-//! the [`Decision`]. Stores read their clock, call this, and persist the state; the Lua scripts
+//! takes the current time, a cost and the [`Quota`] and returns the [`Decision`]. It changes
+//! the state only when it admits a cost above 0, or when the clock has stepped back behind
+//! the state (which it then pulls back to now, see each algorithm); the sliding log also drops
+//! its expired entries. A store need write nothing back otherwise (the Lua scripts do not). Stores read their clock, call this, and persist the state; the Lua scripts
 //! of `rl-store-redis` mirror these functions line for line.
 //!
 //! All arithmetic is on integers and saturating: no input (a clock at `u64::MAX`, a cost of 0

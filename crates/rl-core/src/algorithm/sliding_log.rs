@@ -5,7 +5,9 @@ use crate::{Decision, Quota, Timestamp};
 
 /// Sliding window log: the timestamp of every unit of cost admitted in the last `period`. Exact
 /// (never more than `count` in any interval of length `period`), at 8 bytes per entry; the log
-/// never holds more than `count` entries, and quotas cap `count` at 4,096.
+/// never holds more than `count` entries, and quotas cap `count` at 4,096. Entries stamped
+/// after `now` (a clock that stepped back) are read as stamped `now`: they expire within one
+/// period, the quota's horizon.
 ///
 /// ```
 /// use rl_core::algorithm::{AlgorithmState, SlidingLogState};
@@ -40,6 +42,17 @@ impl AlgorithmState for SlidingLogState {
         let period = quota.period_micros();
         let limit = u64::from(quota.count());
         let n = now.as_micros();
+        // Entries are stamped with the time rounded *up* to the microsecond, and expire by
+        // the time rounded down: an entry never leaves the log before a whole period of real
+        // time has passed (rounding both down let one expire up to 1 µs early).
+        let stamp = now.as_nanos().div_ceil(1_000);
+        // The clock stepped back: what was stamped later counts as stamped now.
+        for entry in self.entries.iter_mut().rev() {
+            if *entry <= stamp {
+                break;
+            }
+            *entry = stamp;
+        }
         while self
             .entries
             .front()
@@ -54,13 +67,8 @@ impl AlgorithmState for SlidingLogState {
             return insufficient(limit, remaining, now, self.expires_at(period));
         }
         if cost64 <= remaining {
-            // Entries are stamped with the time rounded *up* to the microsecond, and expire by
-            // the time rounded down: an entry never leaves the log before a whole period of real
-            // time has passed (rounding both down let one expire up to 1 µs early). Entries
-            // stay ordered even if the clock stepped back.
-            let stamp = now.as_nanos().div_ceil(1_000);
-            let at = self.entries.back().map_or(stamp, |&last| last.max(stamp));
-            self.entries.extend(std::iter::repeat_n(at, cost as usize));
+            self.entries
+                .extend(std::iter::repeat_n(stamp, cost as usize));
             return Decision::Allowed(info(
                 limit,
                 remaining - cost64,

@@ -5,7 +5,10 @@ use crate::{Decision, Quota, Timestamp};
 /// the count is estimated as `current + ceil(previous × (period − e) / period)`, and a cost is
 /// admitted while the estimate plus the cost stays within `count`.
 ///
-/// The rounding is up, so the estimate never under-counts the approximation.
+/// The rounding is up, so the estimate never under-counts the approximation. A stored window
+/// after `now`'s (a clock that stepped back) is moved to `now`'s window with both its counts
+/// in it, weighed fully: never less strict, and forgotten within two periods, the quota's
+/// horizon.
 ///
 /// ```
 /// use rl_core::algorithm::{AlgorithmState, SlidingWindowState};
@@ -57,44 +60,55 @@ impl AlgorithmState for SlidingWindowState {
         let cost = u64::from(cost);
         let n = now.as_micros();
         let window = n / period;
-        if window > self.window {
-            let previous = if window == self.window + 1 {
-                self.current
+        let mut next = *self;
+        if window > next.window {
+            let previous = if window == next.window + 1 {
+                next.current
             } else {
                 0
             };
-            *self = Self {
+            next = Self {
                 window,
                 current: 0,
                 previous,
             };
+        } else if window < next.window {
+            // The clock stepped back: everything counted so far counts fully in now's window.
+            next = Self {
+                window,
+                current: next.current.saturating_add(next.previous),
+                previous: 0,
+            };
+            *self = next;
         }
-        let start = self.window.saturating_mul(period);
-        // A clock that went back into an earlier window weighs the previous window fully.
+        let start = next.window.saturating_mul(period);
         let elapsed = n.saturating_sub(start).min(period);
-        let weighted = self
+        let weighted = next
             .previous
             .saturating_mul(period - elapsed)
             .div_ceil(period);
-        let estimate = self.current.saturating_add(weighted);
+        let estimate = next.current.saturating_add(weighted);
         let remaining = limit.saturating_sub(estimate);
-        let reset_at = self.forgotten_at(period);
+        let reset_at = next.forgotten_at(period);
         if cost > limit {
             return insufficient(limit, remaining, now, reset_at);
         }
         if cost <= remaining {
-            self.current += cost;
-            let reset_at = self.forgotten_at(period);
+            next.current += cost;
+            if cost > 0 {
+                *self = next;
+            }
+            let reset_at = next.forgotten_at(period);
             return Decision::Allowed(info(limit, remaining - cost, now, reset_at, 0));
         }
-        let allowed_at = if self.current.saturating_add(cost) <= limit {
+        let allowed_at = if next.current.saturating_add(cost) <= limit {
             // Wait for the previous window's weight to decay.
-            let room = limit - cost - self.current;
-            start.saturating_add(offset_for(self.previous, room, period))
+            let room = limit - cost - next.current;
+            start.saturating_add(offset_for(next.previous, room, period))
         } else {
             // Wait for the next window, where this one becomes the weighted previous.
-            let next = start.saturating_add(period);
-            next.saturating_add(offset_for(self.current, limit - cost, period))
+            let next_start = start.saturating_add(period);
+            next_start.saturating_add(offset_for(next.current, limit - cost, period))
         };
         Decision::Denied(info(limit, remaining, now, reset_at, allowed_at))
     }

@@ -46,6 +46,20 @@ fn run<S: AlgorithmState>(quota: &Quota, steps: &[Step], start_ns: u64) -> Vec<(
     admitted
 }
 
+/// The real times (as [`run`] counts them) at which the clock stepped back.
+fn back_steps(steps: &[Step], start_ns: u64) -> Vec<u64> {
+    let mut real = start_ns;
+    let mut times = Vec::new();
+    for step in steps {
+        if step.back {
+            times.push(real);
+        } else {
+            real += step.dt_ns;
+        }
+    }
+    times
+}
+
 /// The most cost admitted within any closed interval of length < `span_ns`... checked against
 /// `bound(length)` for every pair of admissions.
 fn assert_window_bound(admitted: &[(u64, u64)], bound: impl Fn(u64) -> Option<u64>) {
@@ -135,7 +149,29 @@ proptest! {
     fn fixed_window_admits_at_most_limit_per_window_and_twice_per_period(
         (q, steps, start) in quota_and_steps(Algorithm::FixedWindow, true)
     ) {
-        assert_window_bound(&run::<FixedWindowState>(&q, &steps, start), window_bound(&q, 2));
+        // In real time: twice the count per period, and one more count for each step of the
+        // clock back during that period or the one before (a window the clock enters again
+        // after a step back is counted afresh: the price of never locking a key out for longer
+        // than a period).
+        let limit = u64::from(q.count());
+        let period_ns = q.period_micros() * 1_000;
+        let backs = back_steps(&steps, start);
+        let admitted = run::<FixedWindowState>(&q, &steps, start);
+        for i in 0..admitted.len() {
+            let mut sum = 0;
+            for &(t, cost) in &admitted[i..] {
+                sum += cost;
+                if t - admitted[i].0 < period_ns {
+                    let from = admitted[i].0.saturating_sub(period_ns);
+                    let steps_back = backs.iter().filter(|&&b| b > from && b <= t).count() as u64;
+                    prop_assert!(
+                        sum <= limit * (2 + steps_back),
+                        "admitted {sum} within {} ns with {steps_back} steps back",
+                        t - admitted[i].0
+                    );
+                }
+            }
+        }
         // Windows are aligned to the clock, so count them on a clock that never steps back.
         let period_ns = q.period_micros() * 1_000;
         let mut per_window = std::collections::HashMap::new();
@@ -469,4 +505,128 @@ fn state_sizes() {
     assert_eq!(std::mem::size_of::<SlidingWindowState>(), 24);
     // plus 8 bytes per logged unit, at most `count` of them
     assert_eq!(std::mem::size_of::<SlidingLogState>(), 32);
+}
+
+/// The longest a state of `quota` takes to equal a fresh one, in µs (its horizon): GCRA and the
+/// token bucket refill a whole burst, a fixed window and a log forget after one period, a
+/// sliding window after two.
+fn horizon_us(quota: &Quota) -> u64 {
+    match quota.algorithm() {
+        Algorithm::Gcra | Algorithm::TokenBucket => quota.tolerance_micros(),
+        Algorithm::SlidingWindow => 2 * quota.period_micros(),
+        _ => quota.period_micros(),
+    }
+}
+
+/// After a trace with clock steps both ways, a check at any reading (earlier than the latest,
+/// say after a failover to a host whose clock is behind) is never denied for longer than the
+/// quota's horizon, and never reports a reset further away.
+fn never_locked_out_past_the_horizon<S: AlgorithmState>(
+    quota: &Quota,
+    steps: &[Step],
+    start: u64,
+    back: u64,
+    cost: u32,
+) -> Result<(), TestCaseError> {
+    let mut state = S::default();
+    let (mut now, mut max) = (start, start);
+    for step in steps {
+        now = if step.back {
+            now.saturating_sub(step.dt_ns)
+        } else {
+            now + step.dt_ns
+        };
+        max = max.max(now);
+        let _ = state.check(Timestamp::from_nanos(now), step.cost, quota);
+    }
+    // A stamp is rounded up to the microsecond: allow that one.
+    let horizon = Duration::from_micros(horizon_us(quota) + 1);
+    let at = Timestamp::from_nanos(max.saturating_sub(back));
+    let decision = state.check(at, cost, quota);
+    prop_assert!(
+        decision.info().reset_after() <= horizon,
+        "reset after {:?}, horizon {horizon:?}",
+        decision.info().reset_after()
+    );
+    if let Decision::Denied(info) = decision {
+        prop_assert!(
+            info.retry_after() <= horizon,
+            "denied for {:?}, horizon {horizon:?}",
+            info.retry_after()
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_clock_stepping_back_never_denies_longer_than_the_horizon(
+        (q, steps, start) in prop_oneof![
+            quota_and_steps(Algorithm::Gcra, true),
+            quota_and_steps(Algorithm::TokenBucket, true),
+            quota_and_steps(Algorithm::FixedWindow, true),
+            quota_and_steps(Algorithm::SlidingWindow, true),
+            quota_and_steps(Algorithm::SlidingLog, true),
+        ],
+        back_ns in prop_oneof![0u64..5_000_000_000, 0u64..3_600_000_000_000],
+        cost in 1u32..=3,
+    ) {
+        match q.algorithm() {
+            Algorithm::Gcra => never_locked_out_past_the_horizon::<GcraState>(&q, &steps, start, back_ns, cost)?,
+            Algorithm::TokenBucket => never_locked_out_past_the_horizon::<TokenBucketState>(&q, &steps, start, back_ns, cost)?,
+            Algorithm::FixedWindow => never_locked_out_past_the_horizon::<FixedWindowState>(&q, &steps, start, back_ns, cost)?,
+            Algorithm::SlidingWindow => never_locked_out_past_the_horizon::<SlidingWindowState>(&q, &steps, start, back_ns, cost)?,
+            _ => never_locked_out_past_the_horizon::<SlidingLogState>(&q, &steps, start, back_ns, cost)?,
+        }
+    }
+}
+
+#[test]
+fn a_failover_to_a_clock_an_hour_behind_never_locks_a_key_out() {
+    // A key spends its quota on a node, then the store fails over to one whose clock is an
+    // hour behind: it waits at most the quota's own horizon, not an hour more.
+    for algorithm in Algorithm::ALL {
+        let quota = Quota::per_second(10)
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
+        let before = at_us(10_000 * SECOND);
+        let after = at_us(10_000 * SECOND - 3_600 * SECOND);
+        let horizon = Duration::from_micros(horizon_us(&quota) + 1);
+        let check = |state: &mut dyn FnMut(Timestamp, u32) -> Decision| {
+            for _ in 0..10 {
+                assert!(state(before, 1).is_allowed(), "{algorithm}");
+            }
+            let denied = state(after, 1);
+            assert!(
+                denied.info().retry_after() <= horizon,
+                "{algorithm}: locked out for {:?}",
+                denied.info().retry_after()
+            );
+        };
+        match algorithm {
+            Algorithm::Gcra => {
+                let mut s = GcraState::default();
+                check(&mut |t, c| s.check(t, c, &quota));
+            }
+            Algorithm::TokenBucket => {
+                let mut s = TokenBucketState::default();
+                check(&mut |t, c| s.check(t, c, &quota));
+            }
+            Algorithm::FixedWindow => {
+                let mut s = FixedWindowState::default();
+                check(&mut |t, c| s.check(t, c, &quota));
+            }
+            Algorithm::SlidingWindow => {
+                let mut s = SlidingWindowState::default();
+                check(&mut |t, c| s.check(t, c, &quota));
+            }
+            _ => {
+                let mut s = SlidingLogState::default();
+                check(&mut |t, c| s.check(t, c, &quota));
+            }
+        }
+    }
 }

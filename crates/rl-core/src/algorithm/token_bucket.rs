@@ -5,7 +5,9 @@ use crate::{Decision, Quota, Timestamp};
 /// (rounded up), each unit of cost taking one.
 ///
 /// The state counts the tokens *used* (so `Default` is a full bucket) and the time from which
-/// the next token is counted. Refills are whole tokens; the remainder carries over.
+/// the next token is counted. Refills are whole tokens; the remainder carries over. A refill
+/// point after `now` (a clock that stepped back) is moved to `now`: the used tokens come back
+/// within the quota's horizon (`burst × interval`), never later.
 ///
 /// ```
 /// use rl_core::algorithm::{AlgorithmState, TokenBucketState};
@@ -30,17 +32,22 @@ pub struct TokenBucketState {
 }
 
 impl TokenBucketState {
-    fn refill(&mut self, now: u64, interval: u64) {
-        if now > self.last {
-            let tokens = (now - self.last) / interval;
-            if tokens >= self.used {
-                self.used = 0;
-                self.last = now;
-            } else {
-                self.used -= tokens;
-                self.last += tokens * interval;
-            }
+    /// The state refilled up to `now`, and whether the clock stepped back behind it.
+    fn refilled(mut self, now: u64, interval: u64) -> (Self, bool) {
+        if now < self.last {
+            // The clock stepped back: count refills from now on, not from a time to come.
+            self.last = now;
+            return (self, true);
         }
+        let tokens = (now - self.last) / interval;
+        if tokens >= self.used {
+            self.used = 0;
+            self.last = now;
+        } else {
+            self.used -= tokens;
+            self.last += tokens * interval;
+        }
+        (self, false)
     }
 
     fn full_at(&self, interval: u64) -> u64 {
@@ -53,28 +60,34 @@ impl AlgorithmState for TokenBucketState {
         let interval = quota.emission_interval_micros();
         let capacity = u64::from(quota.burst());
         let cost = u64::from(cost);
-        self.refill(now.as_micros(), interval);
-        let remaining = capacity.saturating_sub(self.used);
+        let (mut next, stepped_back) = self.refilled(now.as_micros(), interval);
+        if stepped_back {
+            *self = next;
+        }
+        let remaining = capacity.saturating_sub(next.used);
         if cost > capacity {
-            return insufficient(capacity, remaining, now, self.full_at(interval));
+            return insufficient(capacity, remaining, now, next.full_at(interval));
         }
         if cost <= remaining {
-            self.used += cost;
+            next.used += cost;
+            if cost > 0 {
+                *self = next;
+            }
             Decision::Allowed(info(
                 capacity,
                 remaining - cost,
                 now,
-                self.full_at(interval),
+                next.full_at(interval),
                 0,
             ))
         } else {
-            let missing = self.used.saturating_add(cost) - capacity;
-            let allowed_at = self.last.saturating_add(missing.saturating_mul(interval));
+            let missing = next.used.saturating_add(cost) - capacity;
+            let allowed_at = next.last.saturating_add(missing.saturating_mul(interval));
             Decision::Denied(info(
                 capacity,
                 remaining,
                 now,
-                self.full_at(interval),
+                next.full_at(interval),
                 allowed_at,
             ))
         }

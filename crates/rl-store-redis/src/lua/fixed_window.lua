@@ -14,6 +14,17 @@ decide = function(cost, write)
   if current > window then
     window = current
     count = 0
+  elseif current < window then
+    -- The clock stepped back: now's window may have been spent before the state moved on,
+    -- so it counts as spent, until its end.
+    window = current
+    if count < limit then
+      count = limit
+    end
+    if write then
+      redis.call('HSET', key, 'w', window, 'c', count)
+      expire_at((window + 1) * period)
+    end
   end
   local reset_at = (window + 1) * period
   local remaining = at_least_zero(limit - count)

@@ -10,6 +10,11 @@ decide = function(cost, write)
     tat = number(stored)
   end
   local horizon = now + interval * limit
+  -- A TAT past the horizon is a clock that stepped back: fully spent now, no more.
+  local clamped = tat > horizon
+  if clamped then
+    tat = horizon
+  end
   if tat < now then
     tat = now
   end
@@ -18,7 +23,7 @@ decide = function(cost, write)
   end
   local new_tat = tat + interval * cost
   if new_tat <= horizon then
-    if write and cost > 0 then
+    if write and (cost > 0 or clamped) then
       redis.call('SET', key, new_tat, 'PX', ttl_ms(new_tat))
     end
     return {1, limit, idiv(horizon - new_tat, interval), new_tat - now, 0}

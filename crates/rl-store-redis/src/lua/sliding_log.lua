@@ -5,12 +5,30 @@ local limit = tonumber(ARGV[5])
 
 decide = function(cost, write)
   local entries = redis.call('LRANGE', key, 0, -1)
+  -- Stamps are the time rounded up to the microsecond (rl-core stamps nanoseconds so): equal
+  -- to now here, where the clock has microseconds only.
+  local stamp = now
+  -- The clock stepped back: what was stamped later counts as stamped now.
+  local clamped = false
+  for i = #entries, 1, -1 do
+    if number(entries[i]) <= stamp then
+      break
+    end
+    entries[i] = stamp
+    clamped = true
+  end
   local first = 1
   while entries[first] and number(entries[first]) + period <= now do
     first = first + 1
   end
   local len = #entries - first + 1
-  if write and first > 1 then
+  if write and clamped then
+    redis.call('DEL', key)
+    if len > 0 then
+      redis.call('RPUSH', key, unpack(entries, first, #entries))
+      expire_at(number(entries[#entries]) + period)
+    end
+  elseif write and first > 1 then
     if len == 0 then
       redis.call('DEL', key)
     else
@@ -30,10 +48,7 @@ decide = function(cost, write)
     return {2, limit, remaining, expires_after, 0}
   end
   if cost <= remaining then
-    local at = now
-    if last and last > now then
-      at = last
-    end
+    local at = stamp
     if write and cost > 0 then
       local times = {}
       for i = 1, cost do

@@ -37,6 +37,15 @@ decide = function(cost, write)
     end
     current = 0
     window = now_window
+  elseif now_window < window then
+    -- The clock stepped back: everything counted so far counts fully in now's window.
+    current = current + previous
+    previous = 0
+    window = now_window
+    if write then
+      redis.call('HSET', key, 'w', window, 'c', current, 'p', previous)
+      expire_at(forgotten_at(window, current, previous))
+    end
   end
   local start = window * period
   local elapsed = at_least_zero(now - start)

@@ -10,7 +10,11 @@ decide = function(cost, write)
     used = number(state[1])
     last = number(state[2])
   end
-  if now > last then
+  local stepped_back = now < last
+  if stepped_back then
+    -- The clock stepped back: count refills from now on, not from a time to come.
+    last = now
+  elseif now > last then
     local tokens = idiv(now - last, interval)
     if tokens >= used then
       used = 0
@@ -21,6 +25,10 @@ decide = function(cost, write)
     end
   end
   local remaining = at_least_zero(capacity - used)
+  if write and stepped_back then
+    redis.call('HSET', key, 'u', used, 'l', last)
+    expire_at(last + used * interval)
+  end
   if cost > capacity then
     return {2, capacity, remaining, at_least_zero(last + used * interval - now), 0}
   end
