@@ -17,6 +17,36 @@ const ALGORITHMS: [Algorithm; 5] = [
 
 /// What every store must decide, the same way.
 async fn conformance<S: Store>(store: &S) {
+    // Two quotas on one key never share state (they did, per algorithm): a login limit and a
+    // read limit of one user, both fixed windows, and a POST and a GET limit, both GCRA.
+    for (strict, loose) in [
+        ("5/h fixed-window", "100/min fixed-window"),
+        ("2/h", "100/h"),
+        ("3/h token-bucket", "50/h token-bucket"),
+        ("2/h sliding-log", "20/h sliding-log"),
+        ("4/h sliding-window", "40/h sliding-window"),
+    ] {
+        let (strict, loose): (Quota, Quota) = (strict.parse().unwrap(), loose.parse().unwrap());
+        let key = Key::from(format!("two-quotas-{strict}"));
+        let (mut a, mut b) = (0, 0);
+        for _ in 0..20 {
+            a += u32::from(store.check(&key, &strict, 1).await.unwrap().is_allowed());
+            b += u32::from(store.check(&key, &loose, 1).await.unwrap().is_allowed());
+        }
+        assert_eq!(
+            (a, b),
+            (strict.count(), 20),
+            "{strict} and {loose} on one key"
+        );
+        store.reset(&key, &strict).await.unwrap();
+        assert_eq!(
+            store.peek(&key, &loose).await.unwrap().info().remaining(),
+            u64::from(loose.count()) - 20,
+            "resetting {strict} leaves {loose} alone"
+        );
+        store.reset(&key, &loose).await.unwrap();
+    }
+
     for algorithm in ALGORITHMS {
         let quota = Quota::per_hour(5)
             .unwrap()

@@ -1,10 +1,9 @@
 //! A fast, bounded, in-process [`Store`](rl_core::Store) for [`rl_core`].
 //!
-//! [`MemoryStore`] keeps a compact state per key in a sharded hash map: a GCRA key costs one
-//! `u64` beside its key, updated with a single compare-and-swap under a shared shard lock
-//! ([`dashmap`](https://docs.rs/dashmap), whose readers take their lock with one `fetch_add`). It
-//! is bounded ([`MemoryStoreBuilder::max_keys`], default 1,000,000) and forgets idle keys by
-//! itself, without a background thread.
+//! [`MemoryStore`] keeps a compact state per key in sharded hash tables: a GCRA key costs one
+//! `u64` beside its key, updated with a single compare-and-swap under a shared shard lock. It
+//! is bounded in bytes ([`MemoryStoreBuilder::max_memory`], default 64 MiB) and forgets idle
+//! keys by itself, without a background thread.
 //!
 //! ```
 //! use rl_core::{Key, Quota};
@@ -19,26 +18,51 @@
 //! # Ok::<(), rl_core::QuotaError>(())
 //! ```
 //!
-//! # Memory and eviction
+//! # Keys, quotas and limits
+//!
+//! A key has one state per quota and per named limit ([`Key::limit_id`](rl_core::Key::limit_id)):
+//! requests decided under different quotas never share state, even on one key. Each limit
+//! (a scope and a quota) gets tables of its own, one per kind of key, so integer, IP and short
+//! string keys are stored inline without a tag. Past 256 distinct limits (or when the bound
+//! leaves no room for a new limit's tables), further limits share overflow tables whose
+//! entries carry their limit (8 bytes more a key). Clones of a `MemoryStore` share one state.
+//!
+//! # Memory
+//!
+//! Every byte of the tables is counted against the bound: their allocations, what their keys
+//! own (strings over 22 bytes), and what their states own (a sliding log reserves its
+//! `count` timestamps when its key is created, so a log never grows afterwards). A table
+//! grows only while the bound allows. The only excess is momentary: a table rehashing holds
+//! its old and new allocations for the length of one rehash of one shard (at most about 64 KiB
+//! at the default bound). A test measures the bytes the allocator hands out under floods of
+//! each kind of key, sliding logs of 4,096 entries included.
+//!
+//! # Forgetting and evicting
 //!
 //! A key is forgotten once its state equals a fresh one (for GCRA, once its theoretical arrival
-//! time has passed), so forgetting it never changes a decision. The store sweeps such keys
-//! whenever it has doubled in size since its last sweep, an amortised O(1) per new key.
+//! time has passed), which never changes a decision. Every insertion of a new key sweeps a few
+//! buckets of its shard and a few of another table's (bounded work, never a whole table at
+//! once, never under more than one shard's lock), and a shard that turns sparse gives its
+//! memory back.
 //!
-//! When `max_keys` keys are live and none of them can be forgotten yet, a **new** key is
-//! denied ([`Decision::Denied`](rl_core::Decision::Denied), remaining 0) with a retry time at
-//! which the earliest live key becomes forgettable. A full store sweeps all its keys at most
-//! once every 100 ms, so under a sustained flood a new key may wait up to 100 ms longer than
-//! strictly needed. Known keys keep being decided as usual, and
-//! no throttled key is ever evicted early: a flood of new identities costs bounded memory and
-//! never buys anyone a fresh quota. Put a per-IP limit in front of per-identity limits so that
-//! such a flood is stopped before it fills the store.
+//! When the bound is reached and a new key needs room, the store **evicts**: it samples a few
+//! entries of the new key's shard and forgets the one closest to fresh (like Redis's
+//! approximated LRU), a sixteenth of the shard at a time. A new client is never refused for
+//! lack of room, so a flood of identities cannot lock out everyone else. The price, which
+//! [`MemoryStore::evictions`] counts: **an evicted key gets back what it had spent and not yet
+//! regained, at most one burst (or one window's count) per eviction**, and evictions prefer
+//! the keys that had the least left to regain: a flood's one-request keys go before a
+//! throttled client. Size the store so that it does not evict in normal traffic, and put a
+//! per-IP limit in front of per-identity limits so that a flood is stopped before it fills
+//! the store.
 //!
-//! # Keys and algorithms
-//!
-//! One state is kept per (key, [`Algorithm`](rl_core::Algorithm)). Integer, IP and short
-//! string keys are stored inline; clones of a `MemoryStore` share one map.
+//! A store refuses a new key (a denial for at most a second) only when it cannot make room at
+//! all: a bound too small for a new limit's tables and the overflow tables alike, or for one
+//! key's state (a sliding log larger than the whole bound).
 
+mod keys;
+mod limits;
+mod slot;
 mod store;
 mod table;
 

@@ -3,27 +3,34 @@
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use foldhash::fast::RandomState;
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::sync::OnceLock;
+
 use rl_core::algorithm::{
     AlgorithmState, FixedWindowState, GcraState, SlidingLogState, SlidingWindowState,
     TokenBucketState,
 };
 use rl_core::{
-    Algorithm, Clock, Decision, Info, Key, MonotonicClock, Quota, Store, StoreError, Timestamp,
+    Algorithm, Clock, Decision, Info, Key, KeyRepr, MonotonicClock, Quota, Store, StoreError,
+    Timestamp,
 };
 
-use crate::table::{Budget, Found, Locked, MIN_SWEEP, Slot, Tables};
+use crate::keys::{AnyKey, StoredBytes, StoredKey};
+use crate::limits::{KindTables, LimitTables, Limits, OverflowTable, Placed};
+use crate::slot::{Locked, Slot, gcra_check};
+use crate::table::Table;
 
-/// The default bound on live keys: 1,000,000 (about 36 MB of GCRA state with integer keys).
-const DEFAULT_MAX_KEYS: usize = 1_000_000;
+/// The default memory bound: 64 MiB (about 1,500,000 GCRA keys of integers or addresses).
+const DEFAULT_MAX_MEMORY: usize = 64 << 20;
 
-/// An in-process [`Store`]: a sharded map of key -> compact state, bounded, with no background
-/// thread. Clones share one map.
+/// An in-process [`Store`]: a sharded map of key -> compact state, bounded in bytes, with no
+/// background thread. Clones share one map.
 ///
-/// See the [crate documentation](crate) for how keys are bounded and forgotten.
+/// See the [crate documentation](crate) for how memory is bounded and keys are forgotten.
 ///
 /// ```
 /// use rl_core::{Key, ManualClock, Quota, Store};
@@ -59,25 +66,21 @@ impl<C> Clone for MemoryStore<C> {
 
 struct Inner<C> {
     clock: C,
-    budget: Budget,
-    gcra: Tables<AtomicU64>,
-    token_bucket: Tables<Locked<TokenBucketState>>,
-    fixed_window: Tables<Locked<FixedWindowState>>,
-    sliding_window: Tables<Locked<SlidingWindowState>>,
-    sliding_log: Tables<Locked<SlidingLogState>>,
+    limits: Limits,
 }
 
 impl<C> fmt::Debug for MemoryStore<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryStore")
             .field("len", &self.len())
-            .field("max_keys", &self.inner.budget.max_keys)
+            .field("memory", &self.memory())
+            .field("max_memory", &self.inner.limits.budget.max())
             .finish_non_exhaustive()
     }
 }
 
 impl MemoryStore {
-    /// A store with the default bound (1,000,000 keys) and a [`MonotonicClock`].
+    /// A store with the default bound (64 MiB) and a [`MonotonicClock`].
     ///
     /// ```
     /// let store = rl_store_memory::MemoryStore::new();
@@ -93,14 +96,13 @@ impl MemoryStore {
     /// ```
     /// use std::num::NonZeroUsize;
     /// let store = rl_store_memory::MemoryStore::builder()
-    ///     .max_keys(NonZeroUsize::new(10_000).unwrap())
+    ///     .max_memory(NonZeroUsize::new(16 << 20).unwrap())
     ///     .build();
     /// # drop(store);
     /// ```
     pub fn builder() -> MemoryStoreBuilder {
         MemoryStoreBuilder {
-            max_keys: DEFAULT_MAX_KEYS,
-            shards: None,
+            max_memory: DEFAULT_MAX_MEMORY,
             clock: MonotonicClock::new(),
         }
     }
@@ -124,7 +126,7 @@ impl<C> MemoryStore<C> {
     /// ```
     #[must_use]
     pub fn len(&self) -> usize {
-        self.inner.budget.len.load(Ordering::Acquire)
+        self.inner.limits.budget.keys()
     }
 
     /// Whether no key holds state.
@@ -135,6 +137,31 @@ impl<C> MemoryStore<C> {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The bytes the store holds now, as counted against its
+    /// [bound](MemoryStoreBuilder::max_memory): its tables' allocations and what their keys
+    /// own, never more than the bound.
+    ///
+    /// ```
+    /// let store = rl_store_memory::MemoryStore::new();
+    /// assert!(store.memory() > 0); // the directory of limits
+    /// ```
+    #[must_use]
+    pub fn memory(&self) -> usize {
+        self.inner.limits.budget.used()
+    }
+
+    /// How many keys were forgotten before their state was fresh, to make room for new keys
+    /// in a full store. Each gave its key back what it had spent and not yet regained (see
+    /// the [crate documentation](crate)): a number to watch, and to size the store by.
+    ///
+    /// ```
+    /// assert_eq!(rl_store_memory::MemoryStore::new().evictions(), 0);
+    /// ```
+    #[must_use]
+    pub fn evictions(&self) -> u64 {
+        self.inner.limits.budget.evictions()
     }
 }
 
@@ -153,12 +180,12 @@ impl<C: Clock> MemoryStore<C> {
     #[inline]
     pub fn check_sync(&self, key: &Key, quota: &Quota, cost: u32) -> Decision {
         let now = self.inner.clock.now();
-        self.inner.decide(key, quota, now, Mode::Check(cost))
+        self.inner.run(key, quota, now, Op::Check(cost))
     }
 
     /// Forgets every key whose state equals a fresh one now; returns how many. Never needed
-    /// for correctness or bounds (the store sweeps as it grows), but frees memory after a burst
-    /// of keys at a chosen moment.
+    /// for correctness or bounds (the store sweeps a few entries per new key), but frees
+    /// memory after a burst of keys at a chosen moment.
     ///
     /// ```
     /// use rl_core::{Key, ManualClock, Quota};
@@ -173,160 +200,266 @@ impl<C: Clock> MemoryStore<C> {
     /// # Ok::<(), rl_core::QuotaError>(())
     /// ```
     pub fn sweep(&self) -> usize {
-        self.inner.sweep(self.inner.clock.now().as_micros())
+        let now = self.inner.clock.now().as_micros();
+        self.inner.limits.sweep_all(now)
     }
 }
 
+/// One operation on one key's state: what, under which quota, when.
 #[derive(Clone, Copy)]
-enum Mode {
+struct Ask<'a> {
+    quota: &'a Quota,
+    now: Timestamp,
+    op: Op,
+}
+
+/// What to do with a key's state.
+#[derive(Clone, Copy)]
+enum Op {
     Check(u32),
     Peek,
+    Remove,
+}
+
+/// What an operation found.
+enum Outcome {
+    Decided(Decision),
+    /// Peek or remove of a key without state.
+    Absent,
+    Removed,
+}
+
+/// A slot that decides: GCRA's atomic, or any other algorithm's locked state.
+trait Decide: Slot {
+    fn check(&self, now: Timestamp, cost: u32, quota: &Quota) -> Decision;
+    fn peek(&self, now: Timestamp, quota: &Quota) -> Decision;
+    /// A peek at a key without state.
+    fn peek_fresh(now: Timestamp, quota: &Quota) -> Decision;
+}
+
+impl Decide for AtomicU64 {
+    #[inline]
+    fn check(&self, now: Timestamp, cost: u32, quota: &Quota) -> Decision {
+        gcra_check(self, now, cost, quota)
+    }
+
+    fn peek(&self, now: Timestamp, quota: &Quota) -> Decision {
+        let tat = self.load(std::sync::atomic::Ordering::Acquire);
+        GcraState { tat }.peek(now, quota)
+    }
+
+    fn peek_fresh(now: Timestamp, quota: &Quota) -> Decision {
+        GcraState::default().peek(now, quota)
+    }
+}
+
+impl<S: AlgorithmState> Decide for Locked<S>
+where
+    Self: Slot,
+{
+    fn check(&self, now: Timestamp, cost: u32, quota: &Quota) -> Decision {
+        self.update(quota, |state| state.check(now, cost, quota))
+    }
+
+    fn peek(&self, now: Timestamp, quota: &Quota) -> Decision {
+        self.lock().0.peek(now, quota)
+    }
+
+    fn peek_fresh(now: Timestamp, quota: &Quota) -> Decision {
+        S::default().peek(now, quota)
+    }
+}
+
+/// Runs `$body` with `$kinds` (the limit's tables) and `$overflow` (the overflow table) of
+/// the limit's algorithm, whatever its slot type.
+macro_rules! with_tables {
+    ($limits:expr, $tables:expr, |$kinds:ident, $overflow:ident| $body:expr) => {
+        match $tables {
+            LimitTables::Gcra($kinds) => {
+                let $overflow = &$limits.overflow.gcra;
+                $body
+            }
+            LimitTables::TokenBucket($kinds) => {
+                let $overflow = &$limits.overflow.token_bucket;
+                $body
+            }
+            LimitTables::FixedWindow($kinds) => {
+                let $overflow = &$limits.overflow.fixed_window;
+                $body
+            }
+            LimitTables::SlidingWindow($kinds) => {
+                let $overflow = &$limits.overflow.sliding_window;
+                $body
+            }
+            LimitTables::SlidingLog($kinds) => {
+                let $overflow = &$limits.overflow.sliding_log;
+                $body
+            }
+        }
+    };
 }
 
 impl<C: Clock> Inner<C> {
     #[inline]
-    fn decide(&self, key: &Key, quota: &Quota, now: Timestamp, mode: Mode) -> Decision {
-        match quota.algorithm() {
-            Algorithm::Gcra => self.gcra(key, quota, now, mode),
-            Algorithm::TokenBucket => self.locked(&self.token_bucket, key, quota, now, mode),
-            Algorithm::FixedWindow => self.locked(&self.fixed_window, key, quota, now, mode),
-            Algorithm::SlidingWindow => self.locked(&self.sliding_window, key, quota, now, mode),
-            _ => self.locked(&self.sliding_log, key, quota, now, mode),
+    fn run(&self, key: &Key, quota: &Quota, now: Timestamp, op: Op) -> Decision {
+        let ask = Ask { quota, now, op };
+        match self.apply(key, ask) {
+            Outcome::Decided(decision) => decision,
+            // A key without state peeks like a fresh one.
+            Outcome::Absent | Outcome::Removed => match quota.algorithm() {
+                Algorithm::Gcra => AtomicU64::peek_fresh(now, quota),
+                Algorithm::TokenBucket => Locked::<TokenBucketState>::peek_fresh(now, quota),
+                Algorithm::FixedWindow => Locked::<FixedWindowState>::peek_fresh(now, quota),
+                Algorithm::SlidingWindow => Locked::<SlidingWindowState>::peek_fresh(now, quota),
+                _ => Locked::<SlidingLogState>::peek_fresh(now, quota),
+            },
         }
     }
 
     #[inline]
-    fn gcra(&self, key: &Key, quota: &Quota, now: Timestamp, mode: Mode) -> Decision {
-        let Mode::Check(cost) = mode else {
-            let peek = |tat: &AtomicU64| {
-                GcraState {
-                    tat: tat.load(Ordering::Acquire),
-                }
-                .peek(now, quota)
-            };
-            return self
-                .gcra
-                .get(key, peek)
-                .unwrap_or_else(|| GcraState::default().peek(now, quota));
-        };
-        let cas = |tat: &AtomicU64| {
-            let mut current = tat.load(Ordering::Acquire);
-            loop {
-                let mut state = GcraState { tat: current };
-                let decision = state.check(now, cost, quota);
-                if !decision.is_allowed() || state.tat == current {
-                    return decision;
-                }
-                match tat.compare_exchange_weak(
-                    current,
-                    state.tat,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => return decision,
-                    Err(actual) => current = actual,
-                }
-            }
-        };
-        match self.gcra.get(key, cas) {
-            Some(decision) => decision,
-            None => self.insert(&self.gcra, key, quota, now, &cas),
+    fn apply(&self, key: &Key, ask: Ask<'_>) -> Outcome {
+        let limits = &self.limits;
+        let create = matches!(ask.op, Op::Check(_));
+        if let Some(limit) = limits.find(key.scope(), ask.quota, create) {
+            return with_tables!(limits, &limit.tables, |kinds, overflow| {
+                self.in_kinds(kinds, overflow, limit.id, key, ask)
+            });
+        }
+        // No slot in the directory: the overflow tables, with the limit in every key.
+        let any = AnyKey::new(key.limit_id(ask.quota), key);
+        let overflow = &limits.overflow;
+        match ask.quota.algorithm() {
+            Algorithm::Gcra => self.in_overflow(&overflow.gcra, &any, ask),
+            Algorithm::TokenBucket => self.in_overflow(&overflow.token_bucket, &any, ask),
+            Algorithm::FixedWindow => self.in_overflow(&overflow.fixed_window, &any, ask),
+            Algorithm::SlidingWindow => self.in_overflow(&overflow.sliding_window, &any, ask),
+            _ => self.in_overflow(&overflow.sliding_log, &any, ask),
         }
     }
 
-    fn locked<S: AlgorithmState>(
+    /// In the limit's table for the key's kind.
+    #[inline]
+    fn in_kinds<V: Decide>(
         &self,
-        tables: &Tables<Locked<S>>,
+        kinds: &KindTables<V>,
+        overflow: &OverflowTable<V>,
+        id: u64,
         key: &Key,
-        quota: &Quota,
-        now: Timestamp,
-        mode: Mode,
-    ) -> Decision {
-        match mode {
-            Mode::Check(cost) => {
-                let check =
-                    |slot: &Locked<S>| slot.update(quota, |state| state.check(now, cost, quota));
-                match tables.get(key, check) {
-                    Some(decision) => decision,
-                    None => self.insert(tables, key, quota, now, &check),
-                }
+        ask: Ask<'_>,
+    ) -> Outcome {
+        let elsewhere = || Elsewhere { overflow, id, key };
+        match key.repr() {
+            KeyRepr::Int(n) => self.in_place(&kinds.int, elsewhere(), &n, || n, ask),
+            KeyRepr::Ip(ip) => self.in_place(&kinds.ip, elsewhere(), ip, || *ip, ask),
+            KeyRepr::Bytes(b) => {
+                self.in_place(&kinds.bytes, elsewhere(), b, || StoredBytes::new(b), ask)
             }
-            Mode::Peek => tables
-                .get(key, |slot| slot.lock().0.peek(now, quota))
-                .unwrap_or_else(|| S::default().peek(now, quota)),
+            KeyRepr::Digest(d) => self.in_place(&kinds.digest, elsewhere(), d, || *d, ask),
         }
     }
 
-    /// Decides on a key seen for the first time: creates its slot, or, when the store is full
-    /// and nothing can be forgotten yet, denies it until something can.
-    #[inline(never)]
-    fn insert<V: Slot>(
+    /// In the table where keys of this kind of this limit live: its own, or the overflow.
+    #[inline]
+    fn in_place<K, Q, V>(
         &self,
-        tables: &Tables<V>,
-        key: &Key,
-        quota: &Quota,
-        now: Timestamp,
-        f: &dyn Fn(&V) -> Decision,
-    ) -> Decision {
-        let now_us = now.as_micros();
-        let try_insert = || match tables.insert(&self.budget, key, f) {
-            Found::Slot(decision) => Some(decision),
-            Found::Created(decision) => {
-                if self.budget.claim_growth_sweep() {
-                    self.sweep(now_us);
-                }
-                Some(decision)
-            }
-            Found::Full => None,
+        cell: &OnceLock<Placed<K, V>>,
+        elsewhere: Elsewhere<'_, V>,
+        probe: &Q,
+        make: impl FnOnce() -> K,
+        ask: Ask<'_>,
+    ) -> Outcome
+    where
+        K: StoredKey + Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+        V: Decide,
+    {
+        let placed = match ask.op {
+            Op::Check(_) => self.limits.placed(cell),
+            Op::Peek | Op::Remove => match cell.get() {
+                Some(placed) => placed,
+                None => return Outcome::Absent,
+            },
         };
-        if let Some(decision) = try_insert() {
-            return decision;
-        }
-        // Full: forget what can be forgotten, at most once per FULL_SWEEP_INTERVAL.
-        if self.budget.claim_full_sweep(now_us) {
-            self.sweep(now_us);
-            if let Some(decision) = try_insert() {
-                return decision;
+        match placed {
+            Placed::Own(table) => self.in_table(table, probe, make, ask),
+            Placed::Overflow => {
+                let any = AnyKey::new(elsewhere.id, elsewhere.key);
+                self.in_overflow(elsewhere.overflow, &any, ask)
             }
         }
-        let retry_at = self
-            .budget
-            .room_at()
-            .min(now_us.saturating_add(quota.period_micros()));
-        let wait = Duration::from_nanos(
-            retry_at
-                .saturating_mul(1_000)
-                .saturating_sub(now.as_nanos()),
-        );
+    }
+
+    fn in_overflow<V: Decide>(
+        &self,
+        cell: &OverflowTable<V>,
+        key: &AnyKey,
+        ask: Ask<'_>,
+    ) -> Outcome {
+        let table = match ask.op {
+            Op::Check(_) => self.limits.overflow(cell),
+            Op::Peek | Op::Remove => cell.get().and_then(Option::as_ref),
+        };
+        match table {
+            Some(table) => self.in_table(table, key, || key.clone(), ask),
+            None if matches!(ask.op, Op::Check(_)) => Outcome::Decided(self.refuse(ask.quota)),
+            None => Outcome::Absent,
+        }
+    }
+
+    #[inline]
+    fn in_table<K, Q, V>(
+        &self,
+        table: &Table<K, V>,
+        probe: &Q,
+        make: impl FnOnce() -> K,
+        ask: Ask<'_>,
+    ) -> Outcome
+    where
+        K: StoredKey + Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+        V: Decide,
+    {
+        let Ask { quota, now, op } = ask;
+        let hash = table.hash(probe);
+        match op {
+            Op::Check(cost) => {
+                let check = |slot: &V| slot.check(now, cost, quota);
+                if let Some(decision) = table.get(hash, probe, check) {
+                    return Outcome::Decided(decision);
+                }
+                // Seen for the first time: make room for it (see `Table`), then decide.
+                let now_us = now.as_micros();
+                self.limits.sweep_step(now_us);
+                let entry = || (make(), V::new(quota));
+                let budget = &self.limits.budget;
+                let decided = table.get_or_insert(hash, probe, entry, now_us, budget, check);
+                Outcome::Decided(decided.unwrap_or_else(|| self.refuse(quota)))
+            }
+            Op::Peek => table
+                .get(hash, probe, |slot| slot.peek(now, quota))
+                .map_or(Outcome::Absent, Outcome::Decided),
+            Op::Remove => {
+                table.remove(hash, probe, &self.limits.budget);
+                Outcome::Removed
+            }
+        }
+    }
+
+    /// The decision for a new key the store could make no room for: denied for a second (or
+    /// the quota's period, if shorter). Only a store whose bound is too small for a new
+    /// limit's tables, or for one key's state, refuses: see the crate docs.
+    #[cold]
+    fn refuse(&self, quota: &Quota) -> Decision {
+        let wait = quota.period().min(Duration::from_secs(1));
         Decision::Denied(Info::new(u64::from(quota.burst()), 0, wait, wait))
     }
+}
 
-    fn sweep(&self, now_us: u64) -> usize {
-        let results = [
-            self.gcra.sweep(now_us),
-            self.token_bucket.sweep(now_us),
-            self.fixed_window.sweep(now_us),
-            self.sliding_window.sweep(now_us),
-            self.sliding_log.sweep(now_us),
-        ];
-        let freed = results.iter().map(|r| r.0).sum();
-        let next = results.iter().map(|r| r.1).min().unwrap_or(u64::MAX);
-        self.budget.swept(freed, next);
-        freed
-    }
-
-    fn remove(&self, key: &Key, quota: &Quota) {
-        let removed = match quota.algorithm() {
-            Algorithm::Gcra => self.gcra.remove(key),
-            Algorithm::TokenBucket => self.token_bucket.remove(key),
-            Algorithm::FixedWindow => self.fixed_window.remove(key),
-            Algorithm::SlidingWindow => self.sliding_window.remove(key),
-            _ => self.sliding_log.remove(key),
-        };
-        if removed {
-            self.budget.len.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
+/// Where a key goes when its limit keeps keys of its kind in the overflow table.
+struct Elsewhere<'a, V> {
+    overflow: &'a OverflowTable<V>,
+    id: u64,
+    key: &'a Key,
 }
 
 impl<C: Clock> Store for MemoryStore<C> {
@@ -347,11 +480,12 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
         let now = self.inner.clock.now();
-        Ok(self.inner.decide(key, quota, now, Mode::Peek))
+        Ok(self.inner.run(key, quota, now, Op::Peek))
     }
 
     async fn reset(&self, key: &Key, quota: &Quota) -> Result<(), StoreError> {
-        self.inner.remove(key, quota);
+        let now = self.inner.clock.now();
+        let _ = self.inner.run(key, quota, now, Op::Remove);
         Ok(())
     }
 }
@@ -364,7 +498,7 @@ impl<C: Clock> Store for MemoryStore<C> {
 /// use std::num::NonZeroUsize;
 ///
 /// let store = MemoryStore::builder()
-///     .max_keys(NonZeroUsize::new(100_000).unwrap())
+///     .max_memory(NonZeroUsize::new(8 << 20).unwrap())
 ///     .clock(ManualClock::default())
 ///     .build();
 /// # drop(store);
@@ -372,35 +506,23 @@ impl<C: Clock> Store for MemoryStore<C> {
 #[derive(Debug)]
 #[must_use]
 pub struct MemoryStoreBuilder<C = MonotonicClock> {
-    max_keys: usize,
-    shards: Option<usize>,
+    max_memory: usize,
     clock: C,
 }
 
 impl<C: Clock> MemoryStoreBuilder<C> {
-    /// The most keys that hold state at once (default 1,000,000). See the
-    /// [crate documentation](crate) for what happens when it is reached.
+    /// The most memory the store's state may take, in bytes (default 64 MiB; at least 256
+    /// KiB, which smaller values are raised to). See the [crate documentation](crate) for
+    /// what is counted and what happens when it is reached.
     ///
     /// ```
     /// use std::num::NonZeroUsize;
-    /// let builder = rl_store_memory::MemoryStore::builder().max_keys(NonZeroUsize::MIN);
+    /// let builder = rl_store_memory::MemoryStore::builder()
+    ///     .max_memory(NonZeroUsize::new(1 << 30).unwrap());
     /// # drop(builder);
     /// ```
-    pub fn max_keys(mut self, max_keys: NonZeroUsize) -> Self {
-        self.max_keys = max_keys.get();
-        self
-    }
-
-    /// How many shards the map is split into (rounded up to a power of two; default four per
-    /// CPU). More shards mean less contention on new keys, and a little more fixed memory.
-    ///
-    /// ```
-    /// use std::num::NonZeroUsize;
-    /// let builder = rl_store_memory::MemoryStore::builder().shards(NonZeroUsize::new(64).unwrap());
-    /// # drop(builder);
-    /// ```
-    pub fn shards(mut self, shards: NonZeroUsize) -> Self {
-        self.shards = Some(shards.get());
+    pub fn max_memory(mut self, bytes: NonZeroUsize) -> Self {
+        self.max_memory = bytes.get();
         self
     }
 
@@ -413,8 +535,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// ```
     pub fn clock<C2: Clock>(self, clock: C2) -> MemoryStoreBuilder<C2> {
         MemoryStoreBuilder {
-            max_keys: self.max_keys,
-            shards: self.shards,
+            max_memory: self.max_memory,
             clock,
         }
     }
@@ -426,29 +547,10 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// assert!(store.is_empty());
     /// ```
     pub fn build(self) -> MemoryStore<C> {
-        let shards = self
-            .shards
-            .unwrap_or_else(|| {
-                std::thread::available_parallelism().map_or(4, |n| n.get().saturating_mul(4))
-            })
-            .clamp(1, 1 << 16)
-            .next_power_of_two();
-        let hasher = RandomState::default();
         MemoryStore {
             inner: Arc::new(Inner {
                 clock: self.clock,
-                budget: Budget {
-                    max_keys: self.max_keys,
-                    len: AtomicUsize::new(0),
-                    next_fresh_at: AtomicU64::new(u64::MAX),
-                    last_full_sweep: AtomicU64::new(0),
-                    sweep_at: AtomicUsize::new(MIN_SWEEP),
-                },
-                gcra: Tables::new(&hasher, shards),
-                token_bucket: Tables::new(&hasher, shards),
-                fixed_window: Tables::new(&hasher, shards),
-                sliding_window: Tables::new(&hasher, shards),
-                sliding_log: Tables::new(&hasher, shards),
+                limits: Limits::new(self.max_memory.max(Limits::MIN_BYTES)),
             }),
         }
     }

@@ -1,329 +1,445 @@
-//! Tables of key -> slot, one per kind of key, over [`DashMap`] shards.
+//! A sharded hash table of key -> [`Slot`] whose every byte is charged to a [`Budget`]: it
+//! grows only while the budget allows, sweeps a few buckets per insertion (never the whole
+//! table at once), gives memory back when it turns sparse, and makes room for a new key by
+//! evicting the sampled entry closest to fresh.
+//!
+//! Built on `hashbrown`'s `HashTable` rather than a concurrent map crate: the budget needs the
+//! table's exact allocation size, and the bounded sweeps and sampled evictions need to visit
+//! buckets by index, which `hashbrown` offers safely and `dashmap` does not.
 
 use std::borrow::Borrow;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use dashmap::DashMap;
-use dashmap::mapref::entry::Entry;
 use foldhash::fast::RandomState;
-use rl_core::algorithm::AlgorithmState;
-use rl_core::{Key, KeyRepr, Quota};
+use hashbrown::HashTable;
 
-/// A stored value: knows when it equals a fresh state and may be dropped.
-pub(crate) trait Slot: Default + Send + Sync {
-    /// Microsecond from which this slot equals a fresh one.
-    fn fresh_at(&self) -> u64;
-}
+use crate::keys::StoredKey;
+use crate::slot::Slot;
 
-/// GCRA: the theoretical arrival time, updated by compare-and-swap.
-impl Slot for AtomicU64 {
-    fn fresh_at(&self) -> u64 {
-        self.load(Ordering::Relaxed)
+/// Buckets a shard sweeps, for fresh entries, each time a key is inserted into it.
+const SWEEP_STEP: usize = 8;
+/// Entries an eviction looks at (like Redis's `maxmemory-samples`).
+const EVICTION_SAMPLES: usize = 5;
+/// Random buckets an eviction probes to find its samples before it scans.
+const EVICTION_PROBES: usize = 64;
+/// How many ways an insertion tries to make room (each: evict, rehash, grow or rebuild).
+const MAX_ROUNDS: usize = 12;
+
+/// How many entries `hashbrown` holds in `buckets` buckets before it must grow.
+const fn full_capacity(buckets: usize) -> usize {
+    if buckets < 8 {
+        buckets.saturating_sub(1)
+    } else {
+        buckets / 8 * 7
     }
 }
 
-/// Any other algorithm: its state and its `fresh_at`, behind a mutex.
-#[derive(Debug, Default)]
-pub(crate) struct Locked<S>(Mutex<(S, u64)>);
-
-impl<S: AlgorithmState> Locked<S> {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, (S, u64)> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Runs `f` on the state, then records when the state becomes fresh.
-    pub(crate) fn update<R>(&self, quota: &Quota, f: impl FnOnce(&mut S) -> R) -> R {
-        let mut guard = self.lock();
-        let result = f(&mut guard.0);
-        guard.1 = guard.0.fresh_at(quota);
-        result
-    }
-}
-
-impl<S: AlgorithmState> Slot for Locked<S> {
-    fn fresh_at(&self) -> u64 {
-        self.lock().1
-    }
-}
-
-/// Shared bookkeeping of all the tables of one store.
+/// The memory a store may use, and what it uses now, in bytes; shared by all its tables.
 #[derive(Debug)]
 pub(crate) struct Budget {
-    pub(crate) max_keys: usize,
-    pub(crate) len: AtomicUsize,
-    /// No live key becomes forgettable before this microsecond (a lower bound).
-    pub(crate) next_fresh_at: AtomicU64,
-    /// When the store last swept every table because it was full (µs).
-    pub(crate) last_full_sweep: AtomicU64,
-    /// Sweep every table once this many keys are live (twice the count after the last sweep).
-    pub(crate) sweep_at: AtomicUsize,
+    max: usize,
+    used: AtomicUsize,
+    keys: AtomicUsize,
+    evictions: AtomicU64,
 }
-
-/// A full store sweeps every table at most this often (µs).
-const FULL_SWEEP_INTERVAL: u64 = 100_000;
-/// The smallest store that sweeps as it grows.
-pub(crate) const MIN_SWEEP: usize = 1_024;
 
 impl Budget {
-    /// The earliest time a full store may admit a new key (µs).
-    pub(crate) fn room_at(&self) -> u64 {
-        let next_fresh = self.next_fresh_at.load(Ordering::Acquire);
-        let next_sweep = self
-            .last_full_sweep
-            .load(Ordering::Acquire)
-            .saturating_add(FULL_SWEEP_INTERVAL);
-        next_fresh.max(next_sweep)
+    pub(crate) const fn new(max: usize) -> Self {
+        Self {
+            max,
+            used: AtomicUsize::new(0),
+            keys: AtomicUsize::new(0),
+            evictions: AtomicU64::new(0),
+        }
     }
 
-    /// Claims the right to sweep a full store at `now`; only one caller wins per interval.
-    pub(crate) fn claim_full_sweep(&self, now: u64) -> bool {
-        let last = self.last_full_sweep.load(Ordering::Acquire);
-        now >= self.room_at()
-            && self
-                .last_full_sweep
-                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+    /// Takes `bytes` from the budget if it has them.
+    pub(crate) fn try_charge(&self, bytes: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&total| total <= self.max)
+            })
+            .is_ok()
     }
 
-    /// Claims the right to sweep a store that has doubled since its last sweep.
-    pub(crate) fn claim_growth_sweep(&self) -> bool {
-        let at = self.sweep_at.load(Ordering::Acquire);
-        self.len.load(Ordering::Acquire) >= at
-            && self
-                .sweep_at
-                .compare_exchange(at, usize::MAX, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+    /// Records `bytes` in use whatever the budget says: a growth a little larger than
+    /// predicted, or what a store needs before its first key.
+    pub(crate) fn charge(&self, bytes: usize) {
+        self.used.fetch_add(bytes, Ordering::AcqRel);
     }
 
-    /// Records a sweep that freed `freed` keys and found none fresher than `next_fresh_at`.
-    pub(crate) fn swept(&self, freed: usize, next_fresh_at: u64) {
-        let len = self.len.fetch_sub(freed, Ordering::AcqRel) - freed;
-        self.next_fresh_at.store(next_fresh_at, Ordering::Release);
-        self.sweep_at
-            .store((len * 2).max(MIN_SWEEP), Ordering::Release);
+    pub(crate) fn refund(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+
+    pub(crate) const fn max(&self) -> usize {
+        self.max
+    }
+
+    pub(crate) fn keys(&self) -> usize {
+        self.keys.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Acquire)
     }
 }
 
-/// What happened to an insertion.
-pub(crate) enum Found<R> {
-    /// Another thread created the slot first; `f` ran on it.
-    Slot(R),
-    /// The slot was created; `f` ran on it.
-    Created(R),
-    /// The store is full.
-    Full,
+/// What a store's global sweep needs of a table, whatever its key and slot types.
+pub(crate) trait Sweep: Send + Sync {
+    /// Sweeps a few buckets of the table's next shard, if no one holds it.
+    fn sweep_step(&self, now: u64, budget: &Budget);
+    /// Forgets every fresh entry; returns how many.
+    fn sweep_all(&self, now: u64, budget: &Budget) -> usize;
 }
 
-/// One map of `K` -> `V`.
-#[derive(Debug)]
-struct Table<K: Eq + Hash, V>(DashMap<K, V, RandomState>);
+/// A table of `K` -> `V`, in shards that each take a lock of their own.
+pub(crate) struct Table<K, V> {
+    shards: Box<[Shard<K, V>]>,
+    hasher: RandomState,
+    /// The allocation of the smallest non-empty table: pre-paid for every shard, so that a
+    /// shard can always take its first key.
+    min_alloc: usize,
+    /// The shard the next global sweep step visits.
+    next_sweep: AtomicUsize,
+}
 
-impl<K: Eq + Hash, V: Slot> Table<K, V> {
-    fn new(hasher: &RandomState, shards: usize) -> Self {
-        Self(DashMap::with_hasher_and_shard_amount(
-            hasher.clone(),
-            shards,
-        ))
+/// One shard, on cache lines of its own.
+#[repr(align(128))]
+struct Shard<K, V>(RwLock<Entries<K, V>>);
+
+struct Entries<K, V> {
+    table: HashTable<(K, V)>,
+    /// Bytes charged to the budget for `table`'s allocation: at least `min_alloc`.
+    charged: usize,
+    /// The bucket the next sweep step starts at.
+    cursor: usize,
+}
+
+impl<K: StoredKey, V: Slot> Table<K, V> {
+    /// A table of `shards` shards (a power of two), and the bytes it costs before its first
+    /// key: what the caller must charge the budget.
+    pub(crate) fn new(shards: usize, hasher: RandomState) -> (Self, usize) {
+        let min_alloc = HashTable::<(K, V)>::with_capacity(1).allocation_size();
+        let table = Self {
+            shards: (0..shards)
+                .map(|_| {
+                    Shard(RwLock::new(Entries {
+                        table: HashTable::new(),
+                        charged: min_alloc,
+                        cursor: 0,
+                    }))
+                })
+                .collect(),
+            hasher,
+            min_alloc,
+            next_sweep: AtomicUsize::new(0),
+        };
+        let fixed = shards * (size_of::<Shard<K, V>>() + min_alloc) + size_of::<Self>();
+        (table, fixed)
     }
 
-    /// Runs `f` on the slot of `probe`, if there is one (under a shared shard lock).
+    /// The hash a key (or a borrowed form that hashes alike) is stored under.
     #[inline]
-    fn get<Q, R>(&self, probe: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    pub(crate) fn hash<Q: Hash + ?Sized>(&self, probe: &Q) -> u64 {
+        self.hasher.hash_one(probe)
+    }
+
+    #[inline]
+    fn shard(&self, hash: u64) -> &Shard<K, V> {
+        // Bits the hash table itself does not use to pick a bucket or its control byte.
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        &self.shards[index]
+    }
+
+    /// Runs `f` on the slot of `probe`, if there is one (under the shard's shared lock).
+    #[inline]
+    pub(crate) fn get<Q, R>(&self, hash: u64, probe: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
-        Q: Eq + Hash + ?Sized,
+        Q: Eq + ?Sized,
     {
-        self.0.get(probe).map(|slot| f(&slot))
+        let entries = self.shard(hash).read();
+        entries
+            .table
+            .find(hash, |(key, _)| key.borrow() == probe)
+            .map(|(_, slot)| f(slot))
     }
 
-    /// Creates the slot of `key` if the budget allows (or finds it, if another thread just
-    /// did), then runs `f` on it.
-    fn insert<R>(&self, budget: &Budget, key: K, f: impl FnOnce(&V) -> R) -> Found<R> {
-        match self.0.entry(key) {
-            Entry::Occupied(entry) => Found::Slot(f(entry.get())),
-            Entry::Vacant(entry) => {
-                if budget.len.fetch_add(1, Ordering::AcqRel) >= budget.max_keys {
-                    budget.len.fetch_sub(1, Ordering::AcqRel);
-                    return Found::Full;
-                }
-                let slot = entry.insert(V::default());
-                let result = f(&slot);
-                budget
-                    .next_fresh_at
-                    .fetch_min(slot.fresh_at(), Ordering::AcqRel);
-                Found::Created(result)
-            }
-        }
-    }
-
-    /// Forgets every entry that equals a fresh one at `now`; returns how many, and the
-    /// earliest time a remaining entry becomes fresh.
-    fn sweep(&self, now: u64) -> (usize, u64) {
-        let (mut freed, mut next) = (0, u64::MAX);
-        self.0.retain(|_, slot| {
-            let fresh_at = slot.fresh_at();
-            if fresh_at > now {
-                next = next.min(fresh_at);
-                true
-            } else {
-                freed += 1;
-                false
-            }
-        });
-        (freed, next)
-    }
-}
-
-/// Byte strings up to this long are stored inline: with its length and tag, a stored key is
-/// 24 bytes, the size of a `String`, and needs no allocation of its own.
-const INLINE_BYTES: usize = 22;
-
-/// A stored byte-string key: inline up to 22 bytes, boxed beyond. Hashes and compares as the
-/// `[u8]` it holds, so a `&[u8]` finds it.
-#[derive(Clone, Debug)]
-enum StoredBytes {
-    Inline { len: u8, buf: [u8; INLINE_BYTES] },
-    Boxed(Box<[u8]>),
-}
-
-impl StoredBytes {
-    fn new(bytes: &[u8]) -> Self {
-        match u8::try_from(bytes.len()) {
-            Ok(len) if bytes.len() <= INLINE_BYTES => {
-                let mut buf = [0; INLINE_BYTES];
-                buf[..bytes.len()].copy_from_slice(bytes);
-                Self::Inline { len, buf }
-            }
-            _ => Self::Boxed(bytes.into()),
-        }
-    }
-}
-
-const _: () = assert!(std::mem::size_of::<StoredBytes>() == 24);
-
-impl Borrow<[u8]> for StoredBytes {
-    fn borrow(&self) -> &[u8] {
-        match self {
-            Self::Inline { len, buf } => &buf[..usize::from(*len)],
-            Self::Boxed(bytes) => bytes,
-        }
-    }
-}
-
-impl PartialEq for StoredBytes {
-    fn eq(&self, other: &Self) -> bool {
-        Borrow::<[u8]>::borrow(self) == Borrow::<[u8]>::borrow(other)
-    }
-}
-
-impl Eq for StoredBytes {}
-
-impl Hash for StoredBytes {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        Borrow::<[u8]>::borrow(self).hash(state);
-    }
-}
-
-/// One table per kind of key, so that keys of different kinds never meet.
-/// A key of a scoped limit, owned: its scope, then its value.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum ScopedKey {
-    Int(u64, u64),
-    Ip(u64, [u8; 16]),
-    Bytes(u64, StoredBytes),
-    Digest(u64, [u8; 32]),
-}
-
-impl ScopedKey {
-    fn new(key: &Key) -> Self {
-        let scope = key.scope();
-        match key.repr() {
-            KeyRepr::Int(n) => Self::Int(scope, n),
-            KeyRepr::Ip(ip) => Self::Ip(scope, *ip),
-            KeyRepr::Bytes(b) => Self::Bytes(scope, StoredBytes::new(b)),
-            KeyRepr::Digest(d) => Self::Digest(scope, *d),
-        }
-    }
-}
-
-#[derive(Debug)]
-pub(crate) struct Tables<V> {
-    int: Table<u64, V>,
-    ip: Table<[u8; 16], V>,
-    bytes: Table<StoredBytes, V>,
-    digest: Table<[u8; 32], V>,
-    /// Keys with a scope (a named limit): kept apart, so that unscoped keys stay compact.
-    scoped: Table<ScopedKey, V>,
-}
-
-impl<V: Slot> Tables<V> {
-    pub(crate) fn new(hasher: &RandomState, shards: usize) -> Self {
-        Self {
-            int: Table::new(hasher, shards),
-            ip: Table::new(hasher, shards),
-            bytes: Table::new(hasher, shards),
-            digest: Table::new(hasher, shards),
-            scoped: Table::new(hasher, shards),
-        }
-    }
-
-    /// Runs `f` on `key`'s slot, if there is one.
-    #[inline]
-    pub(crate) fn get<R>(&self, key: &Key, f: impl FnOnce(&V) -> R) -> Option<R> {
-        if key.scope() != 0 {
-            return self.scoped.get(&ScopedKey::new(key), f);
-        }
-        match key.repr() {
-            KeyRepr::Int(n) => self.int.get(&n, f),
-            KeyRepr::Ip(ip) => self.ip.get(ip, f),
-            KeyRepr::Bytes(b) => self.bytes.get(b, f),
-            KeyRepr::Digest(d) => self.digest.get(d, f),
-        }
-    }
-
-    /// Creates `key`'s slot if the budget allows, and runs `f` on it.
-    pub(crate) fn insert<R>(
+    /// Runs `f` on the slot of `probe`, creating the entry (from `entry()`) if it is not
+    /// there. Room is made within the budget: by sweeping a few buckets, growing the shard if
+    /// the budget allows, else evicting sampled entries of this shard. `None` when no room can
+    /// be made (the shard holds nothing to evict, and the budget is spent).
+    pub(crate) fn get_or_insert<Q, R>(
         &self,
+        hash: u64,
+        probe: &Q,
+        entry: impl FnOnce() -> (K, V),
+        now: u64,
         budget: &Budget,
-        key: &Key,
         f: impl FnOnce(&V) -> R,
-    ) -> Found<R> {
-        if key.scope() != 0 {
-            return self.scoped.insert(budget, ScopedKey::new(key), f);
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let mut entries = self.shard(hash).write();
+        if let Some((_, slot)) = entries.table.find(hash, |(key, _)| key.borrow() == probe) {
+            return Some(f(slot));
         }
-        match key.repr() {
-            KeyRepr::Int(n) => self.int.insert(budget, n, f),
-            KeyRepr::Ip(ip) => self.ip.insert(budget, *ip, f),
-            KeyRepr::Bytes(b) => self.bytes.insert(budget, StoredBytes::new(b), f),
-            KeyRepr::Digest(d) => self.digest.insert(budget, *d, f),
+        entries.sweep(SWEEP_STEP, now, budget, &self.hasher, self.min_alloc);
+        let entry = entry();
+        let heap = entry.0.heap_bytes() + entry.1.heap_bytes();
+        if !entries.make_room(heap, now, budget, &self.hasher, self.min_alloc) {
+            return None;
+        }
+        budget.keys.fetch_add(1, Ordering::AcqRel);
+        let hasher = |(key, _): &(K, V)| self.hasher.hash_one(key);
+        let inserted = entries.table.insert_unique(hash, entry, hasher);
+        Some(f(&inserted.get().1))
+    }
+
+    /// Forgets `probe`'s entry; returns whether there was one.
+    pub(crate) fn remove<Q>(&self, hash: u64, probe: &Q, budget: &Budget) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let mut entries = self.shard(hash).write();
+        match entries
+            .table
+            .find_entry(hash, |(key, _)| key.borrow() == probe)
+        {
+            Ok(entry) => {
+                let (removed, _) = entry.remove();
+                forget(&removed, budget);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl<K: StoredKey, V: Slot> Sweep for Table<K, V> {
+    fn sweep_step(&self, now: u64, budget: &Budget) {
+        let index = self.next_sweep.fetch_add(1, Ordering::Relaxed) & (self.shards.len() - 1);
+        // Someone holds this shard: its own insertions sweep it.
+        if let Ok(mut entries) = self.shards[index].0.try_write() {
+            entries.sweep(SWEEP_STEP, now, budget, &self.hasher, self.min_alloc);
         }
     }
 
-    /// Removes `key`; returns whether it was there.
-    pub(crate) fn remove(&self, key: &Key) -> bool {
-        if key.scope() != 0 {
-            return self.scoped.0.remove(&ScopedKey::new(key)).is_some();
+    fn sweep_all(&self, now: u64, budget: &Budget) -> usize {
+        let mut freed = 0;
+        for shard in &self.shards {
+            let mut entries = shard.write();
+            let before = entries.table.len();
+            entries.table.retain(|entry| {
+                let fresh = entry.1.fresh_at() <= now;
+                if fresh {
+                    forget(entry, budget);
+                }
+                !fresh
+            });
+            freed += before - entries.table.len();
+            entries.shrink_if_sparse(budget, &self.hasher, self.min_alloc);
         }
-        match key.repr() {
-            KeyRepr::Int(n) => self.int.0.remove(&n).is_some(),
-            KeyRepr::Ip(ip) => self.ip.0.remove(ip).is_some(),
-            KeyRepr::Bytes(b) => self.bytes.0.remove(b).is_some(),
-            KeyRepr::Digest(d) => self.digest.0.remove(d).is_some(),
+        freed
+    }
+}
+
+impl<K, V> Shard<K, V> {
+    fn read(&self) -> RwLockReadGuard<'_, Entries<K, V>> {
+        // Entries stay consistent whatever panics: a poisoned lock is still good.
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Entries<K, V>> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Returns a removed entry's bytes to the budget.
+fn forget<K: StoredKey, V: Slot>((key, slot): &(K, V), budget: &Budget) {
+    budget.refund(key.heap_bytes() + slot.heap_bytes());
+    budget.keys.fetch_sub(1, Ordering::AcqRel);
+}
+
+impl<K: StoredKey, V: Slot> Entries<K, V> {
+    /// Makes room for one more entry owning `heap` bytes, within the budget: in the table as
+    /// it is, or by clearing tombstones, or by growing it if the budget allows, or else by
+    /// evicting. False when no room can be made (nothing left to evict).
+    fn make_room(
+        &mut self,
+        heap: usize,
+        now: u64,
+        budget: &Budget,
+        hasher: &RandomState,
+        min_alloc: usize,
+    ) -> bool {
+        let hash = |(key, _): &(K, V)| hasher.hash_one(key);
+        for _ in 0..MAX_ROUNDS {
+            if self.table.len() < self.table.capacity() {
+                if budget.try_charge(heap) {
+                    return true;
+                }
+                // Room in the table, not in the budget: free what other keys own.
+                if !self.evict_one(now, budget) {
+                    return false;
+                }
+                continue;
+            }
+            let full = full_capacity(self.table.num_buckets());
+            if self.table.len() < full / 2 {
+                // The room is taken by removed entries' tombstones: `hashbrown` rehashes in
+                // place at up to half its full capacity, without a byte more.
+                self.table.reserve(1, hash);
+                self.settle(budget, min_alloc);
+                continue;
+            }
+            // Growing doubles the buckets (a first allocation is pre-paid).
+            let allocated = self.table.allocation_size();
+            let grown = if allocated == 0 {
+                min_alloc
+            } else {
+                allocated * 2
+            };
+            let growth = grown.saturating_sub(self.charged);
+            if budget.try_charge(growth) {
+                self.charged += growth;
+                self.table.reserve(1, hash);
+                self.settle(budget, min_alloc);
+                continue;
+            }
+            // No room and no budget: evict a sixteenth of the shard (the sampled entries
+            // closest to fresh), then clear the tombstones, so that the next sixteenth of
+            // insertions need no eviction.
+            for _ in 0..(full / 16).max(1) {
+                if !self.evict_one(now, budget) {
+                    return false;
+                }
+            }
+            self.rebuild(hasher);
+        }
+        false
+    }
+
+    /// Rebuilds the table at its size: the same memory, without tombstones. For a moment
+    /// the old table and the new one are both allocated.
+    fn rebuild(&mut self, hasher: &RandomState) {
+        let capacity = full_capacity(self.table.num_buckets());
+        let old = std::mem::replace(&mut self.table, HashTable::with_capacity(capacity));
+        for entry in old {
+            self.table
+                .insert_unique(hasher.hash_one(&entry.0), entry, |(key, _)| {
+                    hasher.hash_one(key)
+                });
+        }
+        self.cursor = 0;
+    }
+
+    /// Makes what is charged for the allocation equal what is allocated (at least the
+    /// pre-paid first allocation).
+    fn settle(&mut self, budget: &Budget, min_alloc: usize) {
+        let actual = self.table.allocation_size().max(min_alloc);
+        if actual > self.charged {
+            budget.charge(actual - self.charged);
+        } else {
+            budget.refund(self.charged - actual);
+        }
+        self.charged = actual;
+    }
+
+    /// Forgets the fresh entries among the next `buckets` buckets, then gives memory back if
+    /// the shard has turned sparse.
+    fn sweep(
+        &mut self,
+        buckets: usize,
+        now: u64,
+        budget: &Budget,
+        hasher: &RandomState,
+        min_alloc: usize,
+    ) {
+        let total = self.table.num_buckets();
+        for _ in 0..buckets.min(total) {
+            let index = self.cursor % total;
+            self.cursor = self.cursor.wrapping_add(1);
+            let fresh = self
+                .table
+                .get_bucket(index)
+                .is_some_and(|(_, slot)| slot.fresh_at() <= now);
+            if fresh && let Ok(entry) = self.table.get_bucket_entry(index) {
+                let (removed, _) = entry.remove();
+                forget(&removed, budget);
+            }
+        }
+        self.shrink_if_sparse(budget, hasher, min_alloc);
+    }
+
+    /// Below an eighth full, the shard moves to a table half full: its memory goes back to
+    /// the budget, for any table to use.
+    fn shrink_if_sparse(&mut self, budget: &Budget, hasher: &RandomState, min_alloc: usize) {
+        if self.table.allocation_size() > min_alloc
+            && self.table.len() * 8 < self.table.num_buckets()
+        {
+            self.table
+                .shrink_to(self.table.len() * 2, |(key, _): &(K, V)| {
+                    hasher.hash_one(key)
+                });
+            self.cursor = 0;
+            self.settle(budget, min_alloc);
         }
     }
 
-    /// [`Table::sweep`] over every kind of key.
-    pub(crate) fn sweep(&self, now: u64) -> (usize, u64) {
-        [
-            self.int.sweep(now),
-            self.ip.sweep(now),
-            self.bytes.sweep(now),
-            self.digest.sweep(now),
-            self.scoped.sweep(now),
-        ]
-        .into_iter()
-        .fold((0, u64::MAX), |(f, n), (f2, n2)| (f + f2, n.min(n2)))
+    /// Evicts the entry closest to fresh among a few sampled ones; false when the shard is
+    /// empty. Evicting an entry that is not fresh yet forgets what its key has spent: counted
+    /// in [`Budget::evictions`].
+    fn evict_one(&mut self, now: u64, budget: &Budget) -> bool {
+        let total = self.table.num_buckets();
+        if self.table.is_empty() || total == 0 {
+            return false;
+        }
+        let mut best: Option<(u64, usize)> = None;
+        let mut sampled = 0;
+        for _ in 0..EVICTION_PROBES {
+            let index = fastrand::usize(..total);
+            if let Some((_, slot)) = self.table.get_bucket(index) {
+                let fresh_at = slot.fresh_at();
+                if best.is_none_or(|(best_at, _)| fresh_at < best_at) {
+                    best = Some((fresh_at, index));
+                }
+                sampled += 1;
+                if sampled == EVICTION_SAMPLES {
+                    break;
+                }
+            }
+        }
+        if best.is_none() {
+            // Sparse and unlucky: take the first entry from a random bucket on.
+            let start = fastrand::usize(..total);
+            best = (0..total).map(|i| (start + i) % total).find_map(|index| {
+                self.table
+                    .get_bucket(index)
+                    .map(|(_, slot)| (slot.fresh_at(), index))
+            });
+        }
+        let Some((fresh_at, index)) = best else {
+            return false;
+        };
+        let Ok(entry) = self.table.get_bucket_entry(index) else {
+            return false;
+        };
+        let (removed, _) = entry.remove();
+        forget(&removed, budget);
+        if fresh_at > now {
+            budget.evictions.fetch_add(1, Ordering::AcqRel);
+        }
+        true
     }
 }

@@ -116,7 +116,7 @@ impl FailureMode {
     /// of each request's quota, so that `instances` gateways doing the same admit about the
     /// quota between them (see the type's docs for the bound). Its denials are 429s like any
     /// other, and the rate-limit headers show the share. Give it its own `MemoryStore` (its
-    /// bounds, `max_keys`, apply).
+    /// bound, `max_memory`, applies).
     ///
     /// ```
     /// use rl_tower::rate_limit::FailureMode;
