@@ -306,7 +306,7 @@ fn addr(server: &RedisServer) -> SocketAddr {
 }
 
 /// The cluster slot of a store key (CRC16 of its hash tag), asked of the cluster itself.
-fn slot(cluster: &RedisCluster, state_key: &str) -> u16 {
+fn slot(cluster: &RedisCluster, state_key: &[u8]) -> u16 {
     cluster
         .query(0, redis::cmd("CLUSTER").arg("KEYSLOT").arg(state_key))
         .unwrap()
@@ -399,6 +399,7 @@ async fn cluster_slot_migration_under_load_keeps_the_count() {
         .find(|&n| n != from)
         .unwrap();
     // Neighbours in the same slot, so that the migration takes many batches.
+    let state_key = String::from_utf8(state_key).unwrap();
     let tag = &state_key[state_key.find('{').unwrap()..=state_key.find('}').unwrap()];
     for n in 0..300 {
         let _: () = cluster

@@ -134,23 +134,76 @@ async fn scripts_are_reloaded_after_a_flush() {
 }
 
 #[tokio::test]
-async fn corrupt_state_is_an_error_never_a_reset() {
+async fn a_corrupt_state_is_a_denial_and_is_replaced_never_unlimited() {
+    // Reproduced: a corrupt state was an error for the key on every check, which the default
+    // failure mode answered by letting the request through: unlimited for as long as it
+    // stayed. Now it counts as spent: denied, and replaced by a spent state that refills.
     let server = RedisServer::start();
     let store = crate::store(&server, "corrupt").await;
     let mut conn = raw(&server).await;
+    let mut victims = Vec::new();
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let quota = Quota::new(5, Duration::from_millis(500))
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
+        for garbage in ["garbage", "inf", "nan", "-5", "1e300", "9007199254740993"] {
+            let key = Key::from(format!("victim-{garbage}"));
+            let name = store.state_key(&key, &quota);
+            let _: () = conn.del(&name).await.unwrap();
+            if algorithm == Algorithm::Gcra {
+                let _: () = conn.set(&name, garbage).await.unwrap();
+            } else {
+                // Every field of the algorithm's state holds the garbage.
+                let _: () = redis::cmd("HSET")
+                    .arg(&name)
+                    .arg(
+                        &[
+                            "u", garbage, "l", garbage, "w", garbage, "c", garbage, "p", garbage,
+                        ][..],
+                    )
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap_or(());
+                if algorithm == Algorithm::SlidingLog {
+                    let _: () = conn.del(&name).await.unwrap();
+                    let _: () = conn.rpush(&name, garbage).await.unwrap();
+                }
+            }
+            let first = store.check(&key, &quota, 1).await.unwrap();
+            assert!(!first.is_allowed(), "{algorithm} {garbage}: {first:?}");
+            // Replaced: a state of the right shape, with a TTL.
+            let ttl: i64 = conn.pttl(&name).await.unwrap();
+            assert!(ttl > 0, "{algorithm} {garbage}: no TTL ({ttl})");
+            victims.push((key, quota));
+        }
+    }
+    // Spent, each refills: within its quota's horizon it is admitted again.
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    for (key, quota) in &victims {
+        assert!(
+            store.check(key, quota, 1).await.unwrap().is_allowed(),
+            "{key:?} {quota}: still denied"
+        );
+    }
+    // A key of another type (a list where a string belongs) too.
     let quota = Quota::per_hour(10).unwrap();
-    let key = Key::from("victim");
+    let key = Key::from("wrong-type");
     let name = store.state_key(&key, &quota);
-    let _: () = conn.set(&name, "garbage").await.unwrap();
-    let err = store.check(&key, &quota, 1).await.unwrap_err();
-    assert_eq!(err.kind(), StoreErrorKind::CorruptState, "{err}");
-    let _: () = conn.del(&name).await.unwrap();
     let _: () = conn.lpush(&name, "x").await.unwrap();
-    let err = store.check(&key, &quota, 1).await.unwrap_err();
-    assert_eq!(err.kind(), StoreErrorKind::CorruptState, "{err}");
-    // The bad value is still there for an operator to look at.
-    let len: u64 = conn.llen(&name).await.unwrap();
-    assert_eq!(len, 1);
+    assert!(!store.check(&key, &quota, 1).await.unwrap().is_allowed());
+    let kind: String = redis::cmd("TYPE")
+        .arg(&name)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(kind, "string");
 }
 
 #[tokio::test]
@@ -194,4 +247,39 @@ async fn a_check_future_is_small_enough_to_box_cheaply() {
     let size = std::mem::size_of_val(&future);
     assert!(size < 1_024, "{size} bytes");
     assert!(future.await.unwrap().is_allowed());
+}
+
+#[tokio::test]
+async fn calls_that_give_up_share_one_cluster_connect_attempt() {
+    // A "cluster node" that accepts connections and never answers: every connect attempt
+    // hangs past the call's deadline. The calls after the first must wait for its attempt,
+    // not start one each (a connection storm until the breaker opens).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("redis://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&accepted);
+    let server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            held.push(socket);
+        }
+    });
+    let store = rl_store_redis::RedisConfig::cluster([url])
+        .timeout(Duration::from_millis(10))
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let quota = Quota::per_second(1).unwrap();
+    for _ in 0..50 {
+        let err = store.check(&Key::from(1u64), &quota, 1).await.unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one connect attempt shared by 50 calls"
+    );
+    server.abort();
 }

@@ -304,6 +304,12 @@ pub mod redis_server {
         /// When `redis-server` or `redis-cli` is missing, or the cluster does not form in 30 s.
         #[must_use]
         pub fn start() -> Self {
+            // One cluster starts at a time in a process: two picking their ports at once
+            // could pick the same.
+            static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _one_at_a_time = STARTING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let ports = cluster_ports(6);
             let dir = std::env::temp_dir().join(format!(
                 "rl-redis-cluster-{}-{}",

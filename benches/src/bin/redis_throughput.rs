@@ -180,7 +180,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!();
         memory_usage(&store, &url).await?;
     }
-    println!("EVALSHA {} {state_key}", script.get_hash());
+    println!(
+        "EVALSHA {} {}",
+        script.get_hash(),
+        String::from_utf8_lossy(&state_key)
+    );
     Ok(())
 }
 

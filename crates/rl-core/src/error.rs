@@ -3,12 +3,19 @@
 use std::error::Error;
 use std::fmt;
 
-/// What kind of failure a [`StoreError`] is, so that a circuit breaker can tell a sick backend
-/// from a bad request.
+/// What kind of failure a [`StoreError`] is, so that a circuit breaker can tell a store that
+/// cannot decide for anyone from a problem with one request or one key.
+///
+/// Every kind is a backend failure ([`is_backend_failure`](Self::is_backend_failure)) except
+/// [`CorruptState`](Self::CorruptState) and [`InvalidInput`](Self::InvalidInput): an error
+/// nobody has classified (a new server error code, a script that fails for everyone) counts
+/// against the store, so that a failure mode engages rather than every request failing one by
+/// one.
 ///
 /// ```
 /// use rl_core::StoreErrorKind;
 /// assert!(StoreErrorKind::Timeout.is_backend_failure());
+/// assert!(StoreErrorKind::Unauthorized.is_backend_failure());
 /// assert!(!StoreErrorKind::InvalidInput.is_backend_failure());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,6 +35,9 @@ pub enum StoreErrorKind {
     ReadOnly,
     /// The cluster cannot serve the key (`CLUSTERDOWN`, `TRYAGAIN`, too many redirects).
     ClusterDown,
+    /// The store refused the credentials or the permissions it was given (`NOAUTH`,
+    /// `WRONGPASS`, `NOPERM`).
+    Unauthorized,
     /// A script failed to run or returned something the store did not expect.
     Script,
     /// The store holds data of the wrong shape under the key (`WRONGTYPE`, a garbled field).
@@ -51,18 +61,7 @@ impl StoreErrorKind {
     /// ```
     #[must_use]
     pub const fn is_backend_failure(self) -> bool {
-        matches!(
-            self,
-            Self::Connection
-                | Self::Timeout
-                | Self::PoolExhausted
-                | Self::Busy
-                | Self::OutOfMemory
-                | Self::ReadOnly
-                | Self::ClusterDown
-                | Self::CircuitOpen
-                | Self::Other
-        )
+        !matches!(self, Self::CorruptState | Self::InvalidInput)
     }
 
     const fn describe(self) -> &'static str {
@@ -74,6 +73,7 @@ impl StoreErrorKind {
             Self::OutOfMemory => "store out of memory",
             Self::ReadOnly => "store is read-only",
             Self::ClusterDown => "store cluster cannot serve the key",
+            Self::Unauthorized => "store refused the credentials or permissions",
             Self::Script => "store script failed",
             Self::CorruptState => "store holds unexpected data for the key",
             Self::InvalidInput => "invalid request to the store",

@@ -28,10 +28,10 @@ pub(crate) fn sweep_due(last_sweep: &AtomicU64, now: u64) -> bool {
 }
 
 /// One denial: which quota and cost it was for, and until when it stands (local nanoseconds).
+/// For a split key it covers the whole key, whichever part denied: a client told to retry
+/// after `t` is not admitted by another part before `t`.
 #[derive(Debug)]
 struct Denial {
-    /// The sub-counter denied (`u32::MAX`: the key's own counter).
-    part: u32,
     quota: Quota,
     cost: u32,
     until: u64,
@@ -39,11 +39,11 @@ struct Denial {
     reset_at: u64,
 }
 
-/// Denials by key (and sub-counter, for split hot keys), bounded by `max_keys`.
+/// Denials by key and quota, bounded by `max_keys`.
 #[derive(Debug)]
 pub(crate) struct DenyCache {
-    /// By key, one denial per sub-counter (almost always one in all): looked up by `&Key`,
-    /// with no copy of the key per check.
+    /// By key, one denial per quota (almost always one in all): looked up by `&Key`, with no
+    /// copy of the key per check.
     map: DashMap<Key, Vec<Denial>, RandomState>,
     max_keys: usize,
     last_sweep: AtomicU64,
@@ -58,19 +58,11 @@ impl DenyCache {
         }
     }
 
-    /// The cached denial of `cost` for `key`'s sub-counter `part` under `quota` at `now`, if
-    /// one stands.
-    pub(crate) fn get(
-        &self,
-        key: &Key,
-        part: u32,
-        quota: &Quota,
-        cost: u32,
-        now: u64,
-    ) -> Option<Decision> {
+    /// The cached denial of `cost` for `key` under `quota` at `now`, if one stands.
+    pub(crate) fn get(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
         let denials = self.map.get(key)?;
-        let denial = denials.iter().find(|d| d.part == part)?;
-        if denial.quota != *quota || cost < denial.cost || now >= denial.until {
+        let denial = denials.iter().find(|d| d.quota == *quota)?;
+        if cost < denial.cost || now >= denial.until {
             return None;
         }
         let nanos = |at: u64| Duration::from_nanos(at.saturating_sub(now));
@@ -85,15 +77,7 @@ impl DenyCache {
     /// Remembers that Redis denied `cost` for `key` under `quota` with `info`, the reply
     /// having arrived at `now`. A full cache first drops expired denials (at most every 100
     /// ms); still full, it remembers nothing (which costs round trips, never accuracy).
-    pub(crate) fn insert(
-        &self,
-        key: &Key,
-        part: u32,
-        quota: Quota,
-        cost: u32,
-        info: &Info,
-        now: u64,
-    ) {
+    pub(crate) fn insert(&self, key: &Key, quota: Quota, cost: u32, info: &Info, now: u64) {
         if self.max_keys == 0 || info.retry_after().is_zero() {
             return;
         }
@@ -110,7 +94,6 @@ impl DenyCache {
         let after =
             |d: Duration| now.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let denial = Denial {
-            part,
             quota,
             cost,
             until: after(info.retry_after()),
@@ -118,7 +101,7 @@ impl DenyCache {
             reset_at: after(info.reset_after()),
         };
         let mut denials = self.map.entry(key.clone()).or_default();
-        denials.retain(|d| d.part != part && d.until > now);
+        denials.retain(|d| d.quota != quota && d.until > now);
         denials.push(denial);
     }
 
@@ -156,23 +139,21 @@ mod tests {
         let cache = DenyCache::new(10);
         let quota = Quota::per_second(5).unwrap();
         let key = Key::from(1_u64);
-        cache.insert(&key, 0, quota, 2, &info(100), 1_000);
-        let hit = cache.get(&key, 0, &quota, 2, 1_000).expect("cached");
+        cache.insert(&key, quota, 2, &info(100), 1_000);
+        let hit = cache.get(&key, &quota, 2, 1_000).expect("cached");
         assert_eq!(hit.info().retry_after(), Duration::from_millis(100));
-        assert!(cache.get(&key, 0, &quota, 3, 50_000_000).is_some());
-        let later = cache.get(&key, 0, &quota, 2, 50_001_000).unwrap();
+        assert!(cache.get(&key, &quota, 3, 50_000_000).is_some());
+        let later = cache.get(&key, &quota, 2, 50_001_000).unwrap();
         assert_eq!(later.info().retry_after(), Duration::from_millis(50));
-        // A smaller cost may fit sooner; another quota is another limit; another part is
-        // another counter; the time passes.
-        assert!(cache.get(&key, 0, &quota, 1, 1_000).is_none());
+        // A smaller cost may fit sooner; another quota is another limit; the time passes.
+        assert!(cache.get(&key, &quota, 1, 1_000).is_none());
         let other = Quota::per_second(6).unwrap();
-        assert!(cache.get(&key, 0, &other, 2, 1_000).is_none());
-        assert!(cache.get(&key, 1, &quota, 2, 1_000).is_none());
-        assert!(cache.get(&key, 0, &quota, 2, 100_001_000).is_none());
-        // Parts are remembered side by side.
-        cache.insert(&key, 1, quota, 1, &info(100), 1_000);
-        assert!(cache.get(&key, 0, &quota, 2, 1_000).is_some());
-        assert!(cache.get(&key, 1, &quota, 1, 1_000).is_some());
+        assert!(cache.get(&key, &other, 2, 1_000).is_none());
+        assert!(cache.get(&key, &quota, 2, 100_001_000).is_none());
+        // Quotas are remembered side by side.
+        cache.insert(&key, other, 1, &info(100), 1_000);
+        assert!(cache.get(&key, &quota, 2, 1_000).is_some());
+        assert!(cache.get(&key, &other, 1, 1_000).is_some());
         assert_eq!(cache.len(), 1);
     }
 
@@ -182,17 +163,17 @@ mod tests {
         let quota = Quota::per_second(5).unwrap();
         let now = SWEEP_EVERY_NANOS;
         let key = |n: u64| Key::from(n);
-        cache.insert(&key(1), 0, quota, 1, &info(1), now);
-        cache.insert(&key(2), 0, quota, 1, &info(1_000), now);
+        cache.insert(&key(1), quota, 1, &info(1), now);
+        cache.insert(&key(2), quota, 1, &info(1_000), now);
         // Full, and nothing expired yet: the third is not remembered.
-        cache.insert(&key(3), 0, quota, 1, &info(1_000), now + 1);
+        cache.insert(&key(3), quota, 1, &info(1_000), now + 1);
         assert_eq!(cache.len(), 2);
-        assert!(cache.get(&key(3), 0, &quota, 1, now + 1).is_none());
+        assert!(cache.get(&key(3), &quota, 1, now + 1).is_none());
         // Later, the first has expired: a sweep makes room.
         let later = now + 2 * SWEEP_EVERY_NANOS;
-        cache.insert(&key(3), 0, quota, 1, &info(1_000), later);
+        cache.insert(&key(3), quota, 1, &info(1_000), later);
         assert_eq!(cache.len(), 2);
-        assert!(cache.get(&key(3), 0, &quota, 1, later).is_some());
+        assert!(cache.get(&key(3), &quota, 1, later).is_some());
         cache.remove(&key(3));
         assert_eq!(cache.len(), 1);
     }

@@ -11,13 +11,14 @@
 //!
 //! `overshoot ≤ min(rate × period, gateways × batch)`
 //!
+//! A batch is never larger than the quota's burst, and Redis grants what it has up to the
+//! batch (at least the cost) in the same round trip: a check costs one round trip at most.
 //! Tokens left when a lease ends are forgotten (Redis has no way to take them back): that is
 //! under-admission, at most `batch - 1` per gateway and period.
 
 use std::num::NonZeroU32;
-use std::time::Duration;
-
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use dashmap::DashMap;
 use foldhash::fast::RandomState;
@@ -32,7 +33,7 @@ pub(crate) struct LeasePolicy {
     pub(crate) period: Duration,
 }
 
-/// What is left of one key's lease.
+/// What is left of one key's lease under one quota.
 #[derive(Debug)]
 struct Lease {
     quota: Quota,
@@ -41,11 +42,11 @@ struct Lease {
     limit: u64,
 }
 
-/// The leases this gateway holds, by key.
+/// The leases this gateway holds, by key (one per quota of the key).
 #[derive(Debug)]
 pub(crate) struct Leases {
-    map: DashMap<Key, Lease, RandomState>,
-    pub(crate) policy: LeasePolicy,
+    map: DashMap<Key, Vec<Lease>, RandomState>,
+    policy: LeasePolicy,
     max_keys: usize,
     last_sweep: AtomicU64,
 }
@@ -60,10 +61,11 @@ impl Leases {
         }
     }
 
-    /// Spends `cost` of `key`'s lease at `now`, if it holds that much.
+    /// Spends `cost` of `key`'s lease under `quota` at `now`, if it holds that much.
     pub(crate) fn spend(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
-        let mut lease = self.map.get_mut(key)?;
-        if lease.quota != *quota || now >= lease.expires || lease.tokens < cost {
+        let mut leases = self.map.get_mut(key)?;
+        let lease = leases.iter_mut().find(|lease| lease.quota == *quota)?;
+        if now >= lease.expires || lease.tokens < cost {
             return None;
         }
         lease.tokens -= cost;
@@ -75,36 +77,50 @@ impl Leases {
         )))
     }
 
-    /// Whether a request of `cost` should ask Redis for a whole batch (else for itself only).
-    pub(crate) fn batch_for(&self, cost: u32) -> Option<u32> {
-        let batch = self.policy.batch.get();
+    /// The batch a check of `cost` under `quota` asks Redis for (`None`: just its cost): never
+    /// more than the quota's burst, which Redis could never grant at once.
+    pub(crate) fn batch_for(&self, quota: &Quota, cost: u32) -> Option<u32> {
+        let batch = self.policy.batch.get().min(quota.burst());
         (cost > 0 && cost < batch).then_some(batch)
     }
 
-    /// Redis granted a batch for `key` at `now`, of which `cost` is spent at once.
-    pub(crate) fn granted(&self, key: &Key, quota: Quota, cost: u32, info: &Info, now: u64) {
+    /// Redis granted `granted` units of `key`'s quota at `now`, of which `cost` are spent at
+    /// once: the rest is leased.
+    pub(crate) fn granted(
+        &self,
+        key: &Key,
+        quota: Quota,
+        (granted, cost): (u32, u32),
+        info: &Info,
+        now: u64,
+    ) {
+        let tokens = granted.saturating_sub(cost);
+        if tokens == 0 {
+            return;
+        }
         if self.map.len() >= self.max_keys && !self.map.contains_key(key) {
             if !sweep_due(&self.last_sweep, now) {
                 return;
             }
-            self.map.retain(|_, lease| lease.expires > now);
+            self.map
+                .retain(|_, leases| leases.iter().any(|lease| lease.expires > now));
             if self.map.len() >= self.max_keys {
                 return;
             }
         }
         let period = u64::try_from(self.policy.period.as_nanos()).unwrap_or(u64::MAX);
-        self.map.insert(
-            key.clone(),
-            Lease {
-                quota,
-                tokens: self.policy.batch.get() - cost,
-                expires: now.saturating_add(period),
-                limit: info.limit(),
-            },
-        );
+        let lease = Lease {
+            quota,
+            tokens,
+            expires: now.saturating_add(period),
+            limit: info.limit(),
+        };
+        let mut leases = self.map.entry(key.clone()).or_default();
+        leases.retain(|held| held.quota != quota && held.expires > now);
+        leases.push(lease);
     }
 
-    /// Forgets `key`'s lease (after a reset).
+    /// Forgets `key`'s leases (after a reset).
     pub(crate) fn remove(&self, key: &Key) {
         self.map.remove(key);
     }
@@ -123,24 +139,37 @@ mod tests {
         let leases = Leases::new(policy, 100);
         let (key, quota) = (Key::from(1_u64), Quota::per_second(100).unwrap());
         assert!(leases.spend(&key, &quota, 1, 0).is_none());
-        assert_eq!(leases.batch_for(1), Some(10));
-        assert_eq!(leases.batch_for(10), None);
+        assert_eq!(leases.batch_for(&quota, 1), Some(10));
+        assert_eq!(leases.batch_for(&quota, 10), None);
         let info = Info::new(100, 90, Duration::ZERO, Duration::ZERO);
-        leases.granted(&key, quota, 1, &info, 0);
+        leases.granted(&key, quota, (10, 1), &info, 0);
         for left in (0..9).rev() {
             let d = leases.spend(&key, &quota, 1, 1_000).expect("leased");
             assert_eq!(d.info().remaining(), left);
         }
         assert!(leases.spend(&key, &quota, 1, 1_000).is_none(), "spent");
-        leases.granted(&key, quota, 1, &info, 0);
+        leases.granted(&key, quota, (10, 1), &info, 0);
         assert!(
             leases.spend(&key, &quota, 1, 100_000_000).is_none(),
             "expired"
         );
-        assert!(
-            leases
-                .spend(&key, &Quota::per_second(5).unwrap(), 1, 0)
-                .is_none()
-        );
+        // Another quota of the key has its own lease.
+        let other = Quota::per_second(5).unwrap();
+        assert!(leases.spend(&key, &other, 1, 0).is_none());
+        leases.granted(&key, other, (3, 1), &info, 0);
+        assert!(leases.spend(&key, &other, 2, 0).is_some());
+        assert!(leases.spend(&key, &quota, 1, 0).is_some());
+    }
+
+    #[test]
+    fn a_batch_is_never_larger_than_the_burst() {
+        let policy = LeasePolicy {
+            batch: NonZeroU32::new(50).unwrap(),
+            period: Duration::from_millis(100),
+        };
+        let leases = Leases::new(policy, 100);
+        let small = Quota::per_second(100).unwrap().with_burst(8).unwrap();
+        assert_eq!(leases.batch_for(&small, 1), Some(8));
+        assert_eq!(leases.batch_for(&small, 8), None);
     }
 }

@@ -3,6 +3,14 @@
 local period = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
 
+-- Spent at `at`: its window is full.
+spend = function(at)
+  local window = idiv(at, period)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'w', window, 'c', limit)
+  expire_at((window + 1) * period)
+end
+
 decide = function(cost, write)
   local state = redis.call('HMGET', key, 'w', 'c')
   local window, count = 0, 0

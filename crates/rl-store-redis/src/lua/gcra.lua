@@ -3,13 +3,35 @@
 local interval = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
 
+-- `units` left at `at`.
+seed = function(at, units)
+  local tat = at + interval * at_least_zero(limit - units)
+  redis.call('SET', key, tat, 'PX', ttl_ms(tat))
+end
+
+-- Spent at `at` (never less spent than it is).
+spend = function(at)
+  local ok, stored = pcall(function() return number(redis.call('GET', key) or 0) end)
+  local tat = at + interval * limit
+  if ok and stored > tat then
+    tat = stored
+  end
+  redis.call('SET', key, tat, 'PX', ttl_ms(tat))
+end
+
 decide = function(cost, write)
   local stored = redis.call('GET', key)
   local tat = 0
+  local horizon = now + interval * limit
   if stored then
     tat = number(stored)
+  elseif absent_spent then
+    -- A part of an adaptive split starts spent, and refills from now.
+    tat = horizon
+    if write then
+      redis.call('SET', key, tat, 'PX', ttl_ms(tat))
+    end
   end
-  local horizon = now + interval * limit
   -- A TAT past the horizon is a clock that stepped back: fully spent now, no more.
   local clamped = tat > horizon
   if clamped then

@@ -3,6 +3,17 @@
 local period = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
 
+-- Spent at `at`: the log is full of `at`.
+spend = function(at)
+  local times = {}
+  for i = 1, limit do
+    times[i] = at
+  end
+  redis.call('DEL', key)
+  redis.call('RPUSH', key, unpack(times))
+  expire_at(at + period)
+end
+
 decide = function(cost, write)
   local entries = redis.call('LRANGE', key, 0, -1)
   -- Stamps are the time rounded up to the microsecond (rl-core stamps nanoseconds so): equal

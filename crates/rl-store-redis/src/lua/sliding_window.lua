@@ -20,6 +20,14 @@ local function offset_for(weight, room)
   return at_least_zero(period - idiv(room * period, weight))
 end
 
+-- Spent at `at`: its window is full.
+spend = function(at)
+  local window = idiv(at, period)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'w', window, 'c', limit, 'p', 0)
+  expire_at(forgotten_at(window, limit, 0))
+end
+
 decide = function(cost, write)
   local state = redis.call('HMGET', key, 'w', 'c', 'p')
   local window, current, previous = 0, 0, 0

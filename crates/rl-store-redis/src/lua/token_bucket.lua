@@ -3,12 +3,38 @@
 local interval = tonumber(ARGV[4])
 local capacity = tonumber(ARGV[5])
 
+-- `units` left at `at`.
+seed = function(at, units)
+  local used = at_least_zero(capacity - units)
+  redis.call('HSET', key, 'u', used, 'l', at)
+  expire_at(at + used * interval)
+end
+
+-- Spent at `at` (never less spent than it is).
+spend = function(at)
+  local ok, last = pcall(function() return number(redis.call('HGET', key, 'l') or 0) end)
+  if not ok or last < at then
+    last = at
+  end
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'u', capacity, 'l', last)
+  expire_at(last + capacity * interval)
+end
+
 decide = function(cost, write)
   local state = redis.call('HMGET', key, 'u', 'l')
   local used, last = 0, 0
   if state[1] then
     used = number(state[1])
     last = number(state[2])
+  elseif absent_spent then
+    -- A part of an adaptive split starts spent, and refills from now.
+    used = capacity
+    last = now
+    if write then
+      redis.call('HSET', key, 'u', used, 'l', last)
+      expire_at(last + used * interval)
+    end
   end
   local stepped_back = now < last
   if stepped_back then
