@@ -4,8 +4,9 @@
 //! - the denied-key cache (on by default): once a tenant is over its quota, this gateway
 //!   answers its requests itself until the retry time, without asking Redis;
 //! - adaptive hot-key splitting: a tenant checked more than 50 times a second here is split
-//!   over 8 sub-counters (each on its own cluster slot, each with 1/8 of the quota), and every
-//!   gateway hears of it through Redis pub/sub; it returns to one counter 10 s after it cools.
+//!   over 8 sub-counters (each on its own cluster slot, each with 1/8 of the quota, starting
+//!   with what the tenant had left), and every gateway learns of it from Redis on its next
+//!   check of the tenant; it returns to one counter 10 s after it cools.
 //!
 //! `/debug/hot-keys` lists the tenants split now.
 //!
