@@ -191,6 +191,31 @@ async fn store_failures_follow_the_failure_mode() {
 }
 
 #[tokio::test]
+async fn by_default_a_failing_store_is_replaced_by_a_local_limit_not_by_no_limit() {
+    // Reproduced: the default failure mode let every request through, uncounted, for as long
+    // as the store failed, login and pre-auth layers included.
+    let layer = RateLimitLayer::new(Broken, Quota::per_minute(2).unwrap(), PeerIp::new());
+    let app = app().layer(layer);
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+        statuses.push(response.status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    // The whole quota, on this instance alone.
+    let (other, _) = send(&app, get_from("192.0.2.2:1", "/", &[])).await;
+    assert_eq!(header(&other, "x-ratelimit-limit"), "2");
+}
+
+#[tokio::test]
 async fn named_layers_sharing_a_store_never_share_a_bucket() {
     let (store, _clock) = manual_store();
     let store = std::sync::Arc::new(store);
@@ -383,7 +408,8 @@ async fn the_breaker_reports_each_transition_once_not_each_request() {
         std::time::Duration::from_secs(3_600),
         std::time::Duration::from_secs(3_600),
     ));
-    let layer = RateLimitLayer::new(Arc::clone(&breaker), Quota::per_minute(1).unwrap(), Global);
+    let layer = RateLimitLayer::new(Arc::clone(&breaker), Quota::per_minute(1).unwrap(), Global)
+        .on_store_error(FailureMode::open());
     let app = app().layer(layer);
     // The store fails inside the boxed future: keep the recorder installed while it runs.
     let _guard = metrics::set_default_local_recorder(&recorder);

@@ -98,3 +98,106 @@ async fn a_forged_jwt_is_charged_to_the_ip_bucket_only() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+/// Test-only keys (made with `openssl genrsa 2048` and `openssl ecparam -name prime256v1`).
+const RSA_PRIVATE: &[u8] = include_bytes!("keys/rsa-private.pem");
+const RSA_PUBLIC: &[u8] = include_bytes!("keys/rsa-public.pem");
+const EC_PRIVATE: &[u8] = include_bytes!("keys/ec-private.pem");
+const EC_PUBLIC: &[u8] = include_bytes!("keys/ec-public.pem");
+
+/// A token of `claims` signed with `alg`'s test key.
+fn signed(alg: jsonwebtoken::Algorithm, claims: &serde_json::Value) -> String {
+    let key = match alg {
+        jsonwebtoken::Algorithm::RS256 => EncodingKey::from_rsa_pem(RSA_PRIVATE).unwrap(),
+        jsonwebtoken::Algorithm::ES256 => EncodingKey::from_ec_pem(EC_PRIVATE).unwrap(),
+        _ => EncodingKey::from_secret(SECRET).unwrap(),
+    };
+    jsonwebtoken::encode(&Header::new(alg), claims, &key).unwrap()
+}
+
+fn bearer(token: &str) -> http::Request<()> {
+    http::Request::builder()
+        .header("authorization", format!("Bearer {token}"))
+        .body(())
+        .unwrap()
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[test]
+fn a_token_is_no_key_before_its_nbf() {
+    // Reproduced: a correctly signed token with `nbf` an hour ahead was a valid key (RFC 7519
+    // 4.1.5: it MUST NOT be accepted before then).
+    use rl_tower::key::KeyExtractor;
+    let now = now_secs();
+    for alg in [
+        jsonwebtoken::Algorithm::HS256,
+        jsonwebtoken::Algorithm::RS256,
+        jsonwebtoken::Algorithm::ES256,
+    ] {
+        let extractor = match alg {
+            jsonwebtoken::Algorithm::RS256 => JwtClaim::rs256_pem(RSA_PUBLIC).unwrap(),
+            jsonwebtoken::Algorithm::ES256 => JwtClaim::es256_pem(EC_PUBLIC).unwrap(),
+            _ => JwtClaim::hs256(SECRET).unwrap(),
+        };
+        let early = serde_json::json!({ "sub": "u", "exp": now + 7_200, "nbf": now + 3_600 });
+        assert_eq!(
+            extractor.extract(&bearer(&signed(alg, &early))),
+            None,
+            "{alg:?}"
+        );
+        let valid = serde_json::json!({ "sub": "u", "exp": now + 7_200, "nbf": now - 60 });
+        assert_eq!(
+            extractor.extract(&bearer(&signed(alg, &valid))),
+            Some(Key::from("u")),
+            "{alg:?}"
+        );
+    }
+}
+
+#[test]
+fn tokens_with_an_audience_are_keys_and_audience_and_issuer_are_checked_when_set() {
+    // Reproduced: every token carrying `aud` (most identity providers set it) was no key.
+    use rl_tower::key::KeyExtractor;
+    let exp = now_secs() + 3_600;
+    // Shaped like the common providers' tokens: `aud` a string (Auth0 with one API, Okta,
+    // Keycloak) or an array (Auth0 with several, Azure AD v1 apps).
+    let single = serde_json::json!({
+        "sub": "auth0|42", "aud": "https://api.example.com", "iss": "https://idp.example.com/", "exp": exp
+    });
+    let several = serde_json::json!({
+        "sub": "auth0|42",
+        "aud": ["https://api.example.com", "https://example.eu.auth0.com/userinfo"],
+        "iss": "https://idp.example.com/",
+        "exp": exp
+    });
+    let other = serde_json::json!({
+        "sub": "auth0|42", "aud": "https://other.example.com", "iss": "https://evil.example.com/", "exp": exp
+    });
+    let key = Some(Key::from("auth0|42"));
+    // No audience configured: any audience is accepted.
+    let any = JwtClaim::hs256(SECRET).unwrap();
+    for claims in [&single, &several, &other] {
+        let token = signed(jsonwebtoken::Algorithm::HS256, claims);
+        assert_eq!(any.extract(&bearer(&token)), key, "{claims}");
+    }
+    // Configured: only tokens for this API, from this issuer.
+    let ours = JwtClaim::hs256(SECRET)
+        .unwrap()
+        .audience(["https://api.example.com"])
+        .issuer(["https://idp.example.com/"]);
+    for (claims, expected) in [(&single, &key), (&several, &key), (&other, &None)] {
+        let token = signed(jsonwebtoken::Algorithm::HS256, claims);
+        assert_eq!(ours.extract(&bearer(&token)), *expected, "{claims}");
+    }
+    let wrong_issuer = serde_json::json!({
+        "sub": "auth0|42", "aud": "https://api.example.com", "iss": "https://evil.example.com/", "exp": exp
+    });
+    let token = signed(jsonwebtoken::Algorithm::HS256, &wrong_issuer);
+    assert_eq!(ours.extract(&bearer(&token)), None);
+}

@@ -39,7 +39,13 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError};
+
+// The state machine's lock is loom's in the model-checking tests (`--cfg loom`).
+#[cfg(loom)]
+use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use rl_core::{
@@ -96,6 +102,7 @@ struct Settings {
     base_backoff: Duration,
     max_backoff: Duration,
     probes: u32,
+    probe_timeout: Duration,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -151,6 +158,7 @@ impl<S> CircuitBreaker<S> {
                 base_backoff: Duration::from_secs(1),
                 max_backoff: Duration::from_secs(30),
                 probes: 1,
+                probe_timeout: Duration::from_secs(1),
             },
             machine: Mutex::new(Machine::new(Duration::from_secs(1))),
         }
@@ -220,6 +228,23 @@ impl<S, C> CircuitBreaker<S, C> {
     #[must_use]
     pub fn probes(mut self, n: u32) -> Self {
         self.settings.probes = n.max(1);
+        self
+    }
+
+    /// How long a probe may take before it counts as failed (default 1 s): past it, the next
+    /// call opens the breaker again (for twice the backoff), whatever became of the probe, so
+    /// that a store that never answers (one without a deadline of its own) cannot hold the
+    /// breaker half-open.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let breaker = rl_tower::breaker::CircuitBreaker::new(rl_tower::MemoryStore::new())
+    ///     .probe_timeout(Duration::from_millis(200));
+    /// # let _ = breaker;
+    /// ```
+    #[must_use]
+    pub fn probe_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.probe_timeout = timeout;
         self
     }
 
@@ -417,8 +442,8 @@ impl<S, C: Clock> Permit<'_, S, C> {
 
 impl<S, C: Clock> Drop for Permit<'_, S, C> {
     fn drop(&mut self) {
-        if !self.done && self.role == Role::Probe {
-            self.breaker.lock().cancel_probe();
+        if let (false, Role::Probe(period)) = (self.done, self.role) {
+            self.breaker.lock().cancel_probe(period);
         }
     }
 }
@@ -427,15 +452,23 @@ impl<S, C: Clock> Drop for Permit<'_, S, C> {
 enum Role {
     /// A call made while closed.
     Normal,
-    /// A call made while half-open, whose outcome closes or reopens the breaker.
-    Probe,
+    /// A call made while half-open (in the half-open period numbered so), whose outcome
+    /// closes or reopens the breaker.
+    Probe(u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Closed,
-    Open { until: Timestamp },
-    HalfOpen { probing: u32 },
+    Open {
+        until: Timestamp,
+    },
+    /// Probing: `probing` probes out, in the half-open period `period`, begun `since`.
+    HalfOpen {
+        probing: u32,
+        period: u64,
+        since: Timestamp,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -461,6 +494,7 @@ enum Cause {
     ConsecutiveFailures(u32),
     FailureRate { failures: u32, calls: u32 },
     ProbeFailed,
+    ProbeTimedOut,
 }
 
 /// The breaker's state machine: pure, driven by the times it is given.
@@ -474,6 +508,8 @@ struct Machine {
     failures: u32,
     /// The next open period, before jitter.
     backoff: Duration,
+    /// How many half-open periods there were: a probe's news counts only in its own.
+    periods: u64,
 }
 
 impl Machine {
@@ -485,15 +521,19 @@ impl Machine {
             calls: 0,
             failures: 0,
             backoff: base,
+            periods: 0,
         }
     }
 
-    /// Whether a call at `now` would be refused (no state change).
+    /// Whether a call at `now` would be refused (no state change; a probe timing out is left
+    /// to [`admit`](Self::admit)).
     fn rejects(&self, now: Timestamp, settings: &Settings) -> bool {
         match self.phase {
             Phase::Closed => false,
             Phase::Open { until } => now < until,
-            Phase::HalfOpen { probing } => probing >= settings.probes,
+            Phase::HalfOpen { probing, since, .. } => {
+                probing >= settings.probes && !timed_out(since, now, settings)
+            }
         }
     }
 
@@ -503,14 +543,34 @@ impl Machine {
             Phase::Closed => (Some(Role::Normal), None),
             Phase::Open { until } if now < until => (None, None),
             Phase::Open { .. } => {
-                self.phase = Phase::HalfOpen { probing: 1 };
-                (Some(Role::Probe), Some(Transition::HalfOpened))
+                self.periods += 1;
+                self.phase = Phase::HalfOpen {
+                    probing: 1,
+                    period: self.periods,
+                    since: now,
+                };
+                (
+                    Some(Role::Probe(self.periods)),
+                    Some(Transition::HalfOpened),
+                )
             }
-            Phase::HalfOpen { probing } if probing < settings.probes => {
+            Phase::HalfOpen {
+                probing,
+                period,
+                since,
+            } if probing < settings.probes => {
                 self.phase = Phase::HalfOpen {
                     probing: probing + 1,
+                    period,
+                    since,
                 };
-                (Some(Role::Probe), None)
+                (Some(Role::Probe(period)), None)
+            }
+            Phase::HalfOpen { since, .. } if timed_out(since, now, settings) => {
+                // The probes have had their time: they count as failed, whatever becomes of
+                // them (their news will be stale).
+                let backoff = self.backoff.saturating_mul(2).min(settings.max_backoff);
+                (None, Some(self.open(now, backoff, Cause::ProbeTimedOut)))
             }
             Phase::HalfOpen { .. } => (None, None),
         }
@@ -524,12 +584,15 @@ impl Machine {
         settings: &Settings,
     ) -> Option<Transition> {
         match (role, self.phase) {
-            (Role::Probe, Phase::HalfOpen { .. }) if failed => {
+            (Role::Probe(of), Phase::HalfOpen { period, .. }) if of == period && failed => {
                 let backoff = self.backoff.saturating_mul(2).min(settings.max_backoff);
                 Some(self.open(now, backoff, Cause::ProbeFailed))
             }
-            (Role::Probe, Phase::HalfOpen { .. }) => {
-                *self = Self::new(settings.base_backoff);
+            (Role::Probe(of), Phase::HalfOpen { period, .. }) if of == period => {
+                *self = Self {
+                    periods: self.periods,
+                    ..Self::new(settings.base_backoff)
+                };
                 Some(Transition::Closed)
             }
             (Role::Normal, Phase::Closed) => self.count(now, failed, settings),
@@ -581,13 +644,28 @@ impl Machine {
         Transition::Opened { backoff, after }
     }
 
-    fn cancel_probe(&mut self) {
-        if let Phase::HalfOpen { probing } = self.phase {
+    /// A probe of half-open period `of` was cancelled: its place is given back, if that
+    /// period is still on.
+    fn cancel_probe(&mut self, of: u64) {
+        if let Phase::HalfOpen {
+            probing,
+            period,
+            since,
+        } = self.phase
+            && period == of
+        {
             self.phase = Phase::HalfOpen {
                 probing: probing.saturating_sub(1),
+                period,
+                since,
             };
         }
     }
+}
+
+/// Whether probes sent `since` have had their time at `now`.
+fn timed_out(since: Timestamp, now: Timestamp, settings: &Settings) -> bool {
+    u128::from(now.as_nanos().saturating_sub(since.as_nanos())) >= settings.probe_timeout.as_nanos()
 }
 
 #[cfg(test)]

@@ -51,7 +51,6 @@
 //!
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
-//! | `memory` | yes | [`MemoryStore`] and [`RateLimitLayer::per_ip`] |
 //! | `redis` | no | `RedisStore`, `RedisConfig` and `HotKeys` from `rl-store-redis`: one quota for a fleet |
 //! | `axum` | no | the peer address from axum's `ConnectInfo<SocketAddr>` |
 //! | `tonic` | no | the peer address from tonic's `TcpConnectInfo` |
@@ -69,8 +68,6 @@ pub mod rate_limit;
 
 pub use rate_limit::{RateLimit, RateLimitLayer};
 pub use rl_core::{Decision, Info, Key, ParseQuotaError, Quota, QuotaError, Store, StoreError};
-#[cfg(feature = "memory")]
-#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 pub use rl_store_memory::MemoryStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

@@ -232,3 +232,166 @@ fn the_failure_rate_window_forgets_old_calls() {
     }
     assert_eq!(breaker.state(), BreakerState::Closed);
 }
+
+/// Sets the scripted store to `mode` and starts a check, polled once (a probe that hangs stays
+/// pending): the future, to drop (cancel) or keep.
+fn start<'a, C: rl_core::Clock>(
+    breaker: &'a CircuitBreaker<Scripted, C>,
+    mode: u8,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + 'a>> {
+    static KEY: std::sync::LazyLock<Key> = std::sync::LazyLock::new(|| Key::from(1_u64));
+    static QUOTA: std::sync::LazyLock<Quota> =
+        std::sync::LazyLock::new(|| Quota::per_second(1).expect("quota"));
+    breaker.get_ref().set(mode);
+    let mut future = Box::pin(breaker.check(&KEY, &QUOTA, 1));
+    let _ = now(future.as_mut());
+    future
+}
+
+#[test]
+fn a_probe_cancelled_late_never_lets_more_probes_through_than_configured() {
+    // Reproduced: a probe of an earlier half-open period, cancelled during a later one, gave
+    // that later period's place back: more probes at once than configured.
+    let (breaker, clock) = breaker();
+    let breaker = breaker.probes(2);
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        check(&breaker).unwrap_err();
+    }
+    clock.advance(Duration::from_secs(1));
+    // Half-open: one probe hangs, the other fails and opens the breaker again (2 s).
+    let hanging = start(&breaker, HANG);
+    let calls = breaker.get_ref().calls();
+    breaker.get_ref().set(TIMEOUT);
+    assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::Timeout));
+    assert_eq!(breaker.state(), BreakerState::Open);
+    clock.advance(Duration::from_secs(2));
+    // Half-open again: two probes hang.
+    let second = start(&breaker, HANG);
+    let third = start(&breaker, HANG);
+    assert_eq!(breaker.get_ref().calls(), calls + 3);
+    breaker.get_ref().set(TIMEOUT);
+    assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::CircuitOpen));
+    // The first period's probe is cancelled: no place of this period is given back.
+    drop(hanging);
+    assert_eq!(
+        kind(check(&breaker)),
+        Some(StoreErrorKind::CircuitOpen),
+        "a third probe at once, with two configured"
+    );
+    assert_eq!(breaker.get_ref().calls(), calls + 3);
+    drop((second, third));
+}
+
+#[test]
+fn a_probe_that_never_answers_does_not_hold_the_breaker_half_open() {
+    // Reproduced: a probe to a store without a deadline of its own could hang forever, and
+    // the breaker stayed half-open (refusing everyone) as long.
+    let (breaker, clock) = breaker();
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        check(&breaker).unwrap_err();
+    }
+    clock.advance(Duration::from_secs(1));
+    let _hanging = start(&breaker, HANG);
+    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    // Past the probe's time, it counts as failed: open again, then probe again.
+    clock.advance(Duration::from_secs(10));
+    let _ = check(&breaker);
+    clock.advance(Duration::from_secs(5));
+    breaker.get_ref().set(ALLOW);
+    assert!(check(&breaker).expect("a new probe").is_allowed());
+    assert_eq!(breaker.state(), BreakerState::Closed);
+}
+
+#[cfg(loom)]
+mod loom_tests {
+    //! The breaker's state machine under every interleaving loom finds:
+    //! `RUSTFLAGS="--cfg loom" cargo test -p rl-tower --no-default-features --release --lib loom`.
+
+    use std::future::pending;
+    use std::time::Duration;
+
+    use loom::sync::Arc;
+    use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use rl_core::{
+        Decision, Key, ManualClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
+    };
+
+    use super::{CircuitBreaker, now};
+
+    /// Fails while `failing`; else hangs, counting the calls in flight.
+    #[derive(Debug, Default)]
+    struct Probed {
+        failing: AtomicBool,
+        inflight: AtomicUsize,
+        most: AtomicUsize,
+    }
+
+    struct InFlight<'a>(&'a Probed);
+
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            self.0.inflight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Store for Probed {
+        async fn check(&self, _: &Key, _: &Quota, _: u32) -> Result<Decision, StoreError> {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(StoreError::new(StoreErrorKind::Timeout));
+            }
+            let now = self.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            let _in_flight = InFlight(self);
+            pending().await
+        }
+        async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
+            self.check(key, quota, 0).await
+        }
+        async fn reset(&self, _: &Key, _: &Quota) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    /// Three threads probe a half-open breaker that allows two probes at once, one of them
+    /// cancelling its probe: never more than two are out.
+    #[test]
+    fn loom_probes_at_once_never_exceed_the_limit() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000));
+            let breaker = Arc::new(
+                CircuitBreaker::new(Probed::default())
+                    .failure_threshold(1)
+                    .probes(2)
+                    .backoff(Duration::from_secs(1), Duration::from_secs(4))
+                    .clock(clock.clone()),
+            );
+            let (key, quota) = (Key::from(1_u64), Quota::per_second(1).expect("quota"));
+            breaker.get_ref().failing.store(true, Ordering::SeqCst);
+            let _ = now(breaker.check(&key, &quota, 1));
+            breaker.get_ref().failing.store(false, Ordering::SeqCst);
+            clock.advance(Duration::from_secs(1));
+            let threads: Vec<_> = (0..3)
+                .map(|i| {
+                    let (breaker, key) = (Arc::clone(&breaker), key.clone());
+                    loom::thread::spawn(move || {
+                        let mut probe = Box::pin(breaker.check(&key, &quota, 1));
+                        let _ = now(probe.as_mut());
+                        if i == 0 {
+                            drop(probe);
+                            let mut again = Box::pin(breaker.check(&key, &quota, 1));
+                            let _ = now(again.as_mut());
+                        }
+                    })
+                })
+                .collect();
+            for thread in threads {
+                let _ = thread.join();
+            }
+            assert!(breaker.get_ref().most.load(Ordering::SeqCst) <= 2);
+        });
+    }
+}

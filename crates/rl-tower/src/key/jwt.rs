@@ -9,12 +9,18 @@ use rl_core::Key;
 use super::KeyExtractor;
 
 /// Keys a request by one claim (default `sub`) of its bearer JWT, **after** verifying the
-/// token's signature and expiry with the configured key.
+/// token's signature, its expiry (`exp`) and its start (`nbf`, RFC 7519 4.1.5) with the
+/// configured key, and, when set, its [audience](Self::audience) and [issuer](Self::issuer).
 ///
 /// A request without exactly one `Authorization: Bearer` header, or whose token is forged,
-/// expired, malformed or lacks the claim, has no key: it never reaches a user's bucket (put a
-/// per-IP layer in front, so that it is still counted; see the crate docs on pre-auth limits).
-/// String and integer claims are keys; others are not.
+/// expired, not yet valid, for another audience or issuer, malformed or lacks the claim, has
+/// no key: it never reaches a user's bucket (put a per-IP layer in front, so that it is still
+/// counted; see the crate docs on pre-auth limits). With the `tracing` feature, the reason is
+/// logged at debug level. String and integer claims are keys; others are not.
+///
+/// Tokens carrying an `aud` claim (as identity providers' do) are keys whatever their
+/// audience until [`audience`](Self::audience) names the accepted ones: set it, so that a
+/// token issued for another service is no key here.
 ///
 /// ```
 /// use http::Request;
@@ -58,7 +64,7 @@ impl JwtClaim {
     pub fn hs256(secret: &[u8]) -> Result<Self, jsonwebtoken::errors::Error> {
         Ok(Self::new(
             DecodingKey::from_secret(secret)?,
-            Validation::new(Algorithm::HS256),
+            validation(Algorithm::HS256),
         ))
     }
 
@@ -74,7 +80,7 @@ impl JwtClaim {
     pub fn rs256_pem(pem: &[u8]) -> Result<Self, jsonwebtoken::errors::Error> {
         Ok(Self::new(
             DecodingKey::from_rsa_pem(pem)?,
-            Validation::new(Algorithm::RS256),
+            validation(Algorithm::RS256),
         ))
     }
 
@@ -90,12 +96,15 @@ impl JwtClaim {
     pub fn es256_pem(pem: &[u8]) -> Result<Self, jsonwebtoken::errors::Error> {
         Ok(Self::new(
             DecodingKey::from_ec_pem(pem)?,
-            Validation::new(Algorithm::ES256),
+            validation(Algorithm::ES256),
         ))
     }
 
-    /// Verifies with `key` under `validation` (algorithms, expiry, audience, issuer, ...) and
-    /// keys by `sub`.
+    /// Verifies with `key` under `validation` as given (algorithms, expiry, audience, issuer,
+    /// ...) and keys by `sub`. Note that `jsonwebtoken`'s `Validation` does not check `nbf`
+    /// unless `validate_nbf` is set, and refuses tokens carrying `aud` unless an audience is
+    /// set; the ready-made constructors check `nbf` and accept any audience until
+    /// [`audience`](Self::audience).
     ///
     /// ```
     /// use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -114,6 +123,37 @@ impl JwtClaim {
         }
     }
 
+    /// Accepts only tokens whose `aud` (a string, or any element of an array) is one of
+    /// `audiences`: a token issued for another service is no key.
+    ///
+    /// ```
+    /// let extractor = rl_tower::key::JwtClaim::hs256(b"s")?.audience(["https://api.example.com"]);
+    /// # drop(extractor);
+    /// # Ok::<(), jsonwebtoken::errors::Error>(())
+    /// ```
+    #[must_use]
+    pub fn audience<I: IntoIterator<Item = S>, S: ToString>(mut self, audiences: I) -> Self {
+        let audiences: Vec<String> = audiences.into_iter().map(|a| a.to_string()).collect();
+        let validation = Arc::make_mut(&mut self.validation);
+        validation.set_audience(&audiences);
+        validation.validate_aud = true;
+        self
+    }
+
+    /// Accepts only tokens whose `iss` is one of `issuers` (a token must then carry one).
+    ///
+    /// ```
+    /// let extractor = rl_tower::key::JwtClaim::hs256(b"s")?.issuer(["https://idp.example.com/"]);
+    /// # drop(extractor);
+    /// # Ok::<(), jsonwebtoken::errors::Error>(())
+    /// ```
+    #[must_use]
+    pub fn issuer<I: IntoIterator<Item = S>, S: ToString>(mut self, issuers: I) -> Self {
+        let issuers: Vec<String> = issuers.into_iter().map(|i| i.to_string()).collect();
+        Arc::make_mut(&mut self.validation).set_issuer(&issuers);
+        self
+    }
+
     /// Keys by `claim` instead of `sub` (e.g. `tenant_id`).
     ///
     /// ```
@@ -126,6 +166,14 @@ impl JwtClaim {
         self.claim = Arc::from(claim);
         self
     }
+}
+
+/// The ready-made constructors' validation: `alg` only, `exp` and `nbf` checked, any audience.
+fn validation(alg: Algorithm) -> Validation {
+    let mut validation = Validation::new(alg);
+    validation.validate_nbf = true;
+    validation.validate_aud = false;
+    validation
 }
 
 impl fmt::Debug for JwtClaim {
@@ -148,12 +196,21 @@ impl<B> KeyExtractor<B> for JwtClaim {
         if !scheme.eq_ignore_ascii_case("bearer") {
             return None;
         }
-        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+        let data = match jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
             token.trim(),
             &self.key,
             &self.validation,
-        )
-        .ok()?;
+        ) {
+            Ok(data) => data,
+            Err(error) => {
+                // The reason only: never the token.
+                #[cfg(feature = "tracing")]
+                tracing::debug!(reason = ?error.kind(), "bearer token refused: no rate-limit key");
+                #[cfg(not(feature = "tracing"))]
+                let _ = error;
+                return None;
+            }
+        };
         match data.claims.get(&*self.claim)? {
             serde_json::Value::String(s) if !s.is_empty() => Some(Key::from(s.as_str())),
             serde_json::Value::Number(n) if n.is_u64() || n.is_i64() => {

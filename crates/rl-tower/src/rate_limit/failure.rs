@@ -3,9 +3,10 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rl_core::{Decision, Key, Quota};
+use rl_store_memory::MemoryStore;
 
 /// What a layer does when its store cannot decide: Redis down or slow, the pool exhausted, a
 /// [`CircuitBreaker`](crate::breaker::CircuitBreaker) open. Chosen per layer, so a login route
@@ -13,12 +14,20 @@ use rl_core::{Decision, Key, Quota};
 ///
 /// | mode | while the store fails |
 /// |------|-----------------------|
-/// | [`open`](Self::open) (default) | every request goes through, uncounted |
+/// | [`fallback`](Self::fallback) (the default, with `instances = 1`) | a local [`MemoryStore`](crate::MemoryStore) decides, enforcing `1 / instances` of the quota ([`Quota::share`]) |
 /// | [`closed`](Self::closed) | `503 Service Unavailable` with `Retry-After: 1` (gRPC `UNAVAILABLE`), never a 429: the client did nothing wrong. [`allow`](Self::allow) lists keys that still go through |
-/// | [`fallback`](Self::fallback) | a local [`MemoryStore`](crate::MemoryStore) decides, enforcing `1 / instances` of the quota ([`Quota::share`]) |
+/// | [`open`](Self::open) | every request goes through, uncounted |
 ///
 /// Only store errors engage a mode; a denial from a healthy store is always a 429. When the
 /// store answers again, it decides again.
+///
+/// By default every layer keeps limiting on its own: each instance enforces the whole quota
+/// alone (a store of its own, made when first needed), so a fleet of `n` gateways admits at
+/// most `n` times the quota during an outage, never an unlimited number. Choose
+/// [`fallback`](Self::fallback) with `instances = n` to come closer to the quota,
+/// [`closed`](Self::closed) where an unlimited minute is an attack window (login, password
+/// reset, payments), and [`open`](Self::open) only where an outage of the limit costs less
+/// than an outage of the route.
 ///
 /// A fleet of `n` gateways falling back with `instances = n` admits, during an outage of
 /// length `T`, at most `n × (⌈burst / n⌉ + ⌈count / n⌉ × T / period)`: about the quota plus
@@ -31,28 +40,41 @@ use rl_core::{Decision, Key, Quota};
 /// use rl_tower::{Key, MemoryStore};
 /// use std::num::NonZeroU32;
 ///
-/// let reads = FailureMode::open();
+/// let api = FailureMode::default(); // each instance enforces the quota alone
+/// let fleet = FailureMode::fallback(MemoryStore::new(), NonZeroU32::new(8).unwrap());
 /// let login = FailureMode::closed().allow([Key::from("health-checker")]);
-/// let api = FailureMode::fallback(MemoryStore::new(), NonZeroU32::new(8).unwrap());
-/// # let _ = (reads, login, api);
+/// let reads = FailureMode::open();
+/// # let _ = (api, fleet, login, reads);
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct FailureMode {
     kind: Kind,
 }
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 enum Kind {
-    #[default]
     Open,
     Closed {
         allow: Arc<HashSet<Key>>,
     },
-    #[cfg(feature = "memory")]
     Fallback {
-        store: Arc<crate::MemoryStore>,
+        /// Made on first use: most layers never need it.
+        store: Arc<OnceLock<MemoryStore>>,
         instances: NonZeroU32,
     },
+}
+
+impl Default for FailureMode {
+    /// A local limit per instance: [`fallback`](Self::fallback) with `instances = 1`, on a
+    /// store made when the store first fails.
+    fn default() -> Self {
+        Self {
+            kind: Kind::Fallback {
+                store: Arc::default(),
+                instances: NonZeroU32::MIN,
+            },
+        }
+    }
 }
 
 /// What the layer does with one request whose store call failed.
@@ -66,7 +88,8 @@ pub(crate) enum Failed {
 }
 
 impl FailureMode {
-    /// Let every request through while the store fails (the default: availability first).
+    /// Let every request through, uncounted, while the store fails: for routes where an
+    /// outage of the limit costs less than an outage of the route.
     ///
     /// ```
     /// use rl_tower::rate_limit::FailureMode;
@@ -126,13 +149,11 @@ impl FailureMode {
     /// let mode = FailureMode::fallback(MemoryStore::new(), NonZeroU32::new(4).unwrap());
     /// assert_eq!(format!("{mode:?}"), "FailureMode::Fallback { instances: 4 }");
     /// ```
-    #[cfg(feature = "memory")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
     #[must_use]
-    pub fn fallback(store: crate::MemoryStore, instances: NonZeroU32) -> Self {
+    pub fn fallback(store: MemoryStore, instances: NonZeroU32) -> Self {
         Self {
             kind: Kind::Fallback {
-                store: Arc::new(store),
+                store: Arc::new(OnceLock::from(store)),
                 instances,
             },
         }
@@ -140,15 +161,13 @@ impl FailureMode {
 
     /// What to do with a request for `key` under `quota` whose store call failed.
     pub(crate) fn on_failure(&self, key: &Key, quota: &Quota, cost: u32) -> Failed {
-        #[cfg(not(feature = "memory"))]
-        let _ = (quota, cost);
         match &self.kind {
             Kind::Open => Failed::Pass,
             Kind::Closed { allow } if allow.contains(&key.clone().scoped(0)) => Failed::Pass,
             Kind::Closed { .. } => Failed::Unavailable,
-            #[cfg(feature = "memory")]
             Kind::Fallback { store, instances } => {
                 let share = quota.share(*instances);
+                let store = store.get_or_init(MemoryStore::new);
                 Failed::Decided(store.check_sync(key, &share, cost), share)
             }
         }
@@ -162,7 +181,6 @@ impl fmt::Debug for FailureMode {
             Kind::Closed { allow } => {
                 write!(f, "FailureMode::Closed {{ allowed: {} }}", allow.len())
             }
-            #[cfg(feature = "memory")]
             Kind::Fallback { instances, .. } => {
                 write!(f, "FailureMode::Fallback {{ instances: {instances} }}")
             }

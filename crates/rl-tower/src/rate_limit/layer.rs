@@ -52,8 +52,6 @@ impl<K, St> RateLimitLayer<K, St> {
     }
 }
 
-#[cfg(feature = "memory")]
-#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 impl RateLimitLayer<crate::key::PeerIp, rl_store_memory::MemoryStore> {
     /// Limits each client IP address (the connection's peer; IPv6 by /64) to `quota`, in a
     /// new in-process [`MemoryStore`](rl_store_memory::MemoryStore).
@@ -222,7 +220,8 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
         self
     }
 
-    /// What to do when the store cannot decide (default [`FailureMode::open`]).
+    /// What to do when the store cannot decide (default: a local limit per instance, see
+    /// [`FailureMode`]).
     ///
     /// ```
     /// use rl_tower::{key::Global, rate_limit::FailureMode, MemoryStore, Quota, RateLimitLayer};
