@@ -39,9 +39,11 @@ pub enum ForwardedHeader {
 /// address is the client. The leftmost entry is never believed just because it is leftmost
 /// (any client can write it). If every hop is trusted, the leftmost is the client.
 ///
-/// An entry that is not an IP address (`unknown`, an obfuscated identifier, garbage), a
-/// header that is not UTF-8, or an `X-Real-IP` given twice makes the request keyless (the
-/// layer's [`MissingKey`](crate::rate_limit::MissingKey) rule applies) rather than guessing.
+/// An entry that is not an IP address (`unknown`, an obfuscated identifier, garbage, bytes
+/// that are not UTF-8) where the walk needs it, or an `X-Real-IP` given twice, makes the
+/// request keyless (the layer's [`MissingKey`](crate::rate_limit::MissingKey) rule applies)
+/// rather than guessing. Field values are read as bytes: what the client wrote left of its
+/// address, whatever its bytes, does not matter.
 /// IPv6 addresses are grouped by prefix (default /64), IPv4-mapped ones count as IPv4.
 ///
 /// ```
@@ -149,13 +151,13 @@ impl ClientIp {
                 if values.next().is_some() {
                     return None;
                 }
-                parse_node(value.to_str().ok()?.trim())
+                parse_node(trim_ows(value.as_bytes()))
             }
             ForwardedHeader::XForwardedFor => {
                 let mut hops = Vec::new();
                 for line in headers.get_all(X_FORWARDED_FOR) {
-                    for entry in line.to_str().ok()?.split(',') {
-                        hops.push(parse_node(entry.trim()));
+                    for entry in line.as_bytes().split(|&b| b == b',') {
+                        hops.push(parse_node(trim_ows(entry)));
                     }
                 }
                 self.walk(peer, hops)
@@ -163,7 +165,7 @@ impl ClientIp {
             ForwardedHeader::Forwarded => {
                 let mut hops = Vec::new();
                 for line in headers.get_all(FORWARDED) {
-                    for element in split_unquoted(line.to_str().ok()?, ',') {
+                    for element in split_unquoted(line.as_bytes(), b',') {
                         hops.push(forwarded_for(element));
                     }
                 }
@@ -192,8 +194,10 @@ impl<B> KeyExtractor<B> for ClientIp {
 }
 
 /// An address as proxies write it: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]`,
-/// `[2001:db8::1]:80`. Anything else (`unknown`, `_hidden`, garbage) is `None`.
-fn parse_node(node: &str) -> Option<IpAddr> {
+/// `[2001:db8::1]:80`. Anything else (`unknown`, `_hidden`, garbage, bytes that are not
+/// UTF-8) is `None`.
+fn parse_node(node: &[u8]) -> Option<IpAddr> {
+    let node = std::str::from_utf8(node).ok()?;
     if let Ok(ip) = node.parse::<IpAddr>() {
         return Some(ip.to_canonical());
     }
@@ -208,34 +212,43 @@ fn parse_node(node: &str) -> Option<IpAddr> {
 }
 
 /// The `for=` node of one `Forwarded` element, e.g. `for="[2001:db8::1]:80";proto=https`.
-fn forwarded_for(element: &str) -> Option<IpAddr> {
-    let value = split_unquoted(element, ';').into_iter().find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        name.trim()
-            .eq_ignore_ascii_case("for")
-            .then_some(value.trim())
+fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
+    let value = split_unquoted(element, b';').into_iter().find_map(|pair| {
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        let (name, value) = (&pair[..eq], &pair[eq + 1..]);
+        trim_ows(name)
+            .eq_ignore_ascii_case(b"for")
+            .then_some(trim_ows(value))
     })?;
-    let value = match value.strip_prefix('"') {
-        Some(quoted) => quoted.strip_suffix('"')?,
+    let value = match value.strip_prefix(b"\"") {
+        Some(quoted) => quoted.strip_suffix(b"\"")?,
         None => value,
     };
     parse_node(value)
 }
 
+/// `s` without the optional whitespace (spaces and tabs) around it.
+fn trim_ows(s: &[u8]) -> &[u8] {
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = s.iter().position(|b| !is_ows(b)).unwrap_or(s.len());
+    let end = s.iter().rposition(|b| !is_ows(b)).map_or(start, |i| i + 1);
+    &s[start..end]
+}
+
 /// Splits `s` on `separator` outside double-quoted strings (which may contain `\"`).
-fn split_unquoted(s: &str, separator: char) -> Vec<&str> {
+fn split_unquoted(s: &[u8], separator: u8) -> Vec<&[u8]> {
     let mut parts = Vec::new();
     let (mut start, mut quoted, mut escaped) = (0, false, false);
-    for (i, c) in s.char_indices() {
+    for (i, &b) in s.iter().enumerate() {
         if escaped {
             escaped = false;
-        } else if quoted && c == '\\' {
+        } else if quoted && b == b'\\' {
             escaped = true;
-        } else if c == '"' {
+        } else if b == b'"' {
             quoted = !quoted;
-        } else if c == separator && !quoted {
+        } else if b == separator && !quoted {
             parts.push(&s[start..i]);
-            start = i + c.len_utf8();
+            start = i + 1;
         }
     }
     parts.push(&s[start..]);
@@ -244,6 +257,8 @@ fn split_unquoted(s: &str, separator: char) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderValue;
+
     use super::*;
 
     fn ip(s: &str) -> IpAddr {
@@ -339,6 +354,59 @@ mod tests {
     }
 
     #[test]
+    fn bytes_that_are_not_utf8_left_of_the_client_do_not_matter() {
+        // Bug: one byte of the client's that is not UTF-8 made the whole header unreadable.
+        let raw = |name: HeaderName, lines: &[&[u8]]| {
+            let mut map = HeaderMap::new();
+            for line in lines {
+                map.append(name.clone(), HeaderValue::from_bytes(line).unwrap());
+            }
+            map
+        };
+        let c = proxies(ForwardedHeader::XForwardedFor);
+        for lines in [
+            &[&b"\xff\xfe, 203.0.113.9, 10.0.0.5"[..]][..],
+            &[b"caf\xc3", b"203.0.113.9"],
+            &[b"1.1.1.1, caf\xc3\xa9, 203.0.113.9"],
+        ] {
+            let h = raw(X_FORWARDED_FOR, lines);
+            assert_eq!(
+                c.resolve(ip("10.0.0.1"), &h),
+                Some(ip("203.0.113.9")),
+                "{lines:?}"
+            );
+        }
+        let c = proxies(ForwardedHeader::Forwarded);
+        for lines in [
+            &[&b"for=\"\xff\", for=203.0.113.9"[..]][..],
+            &[
+                b"for=1.2.3.4;host=\xe9t\xe9",
+                b"for=203.0.113.9;host=\"\xe9t\xe9\"",
+            ],
+        ] {
+            let h = raw(FORWARDED, lines);
+            assert_eq!(
+                c.resolve(ip("10.0.0.1"), &h),
+                Some(ip("203.0.113.9")),
+                "{lines:?}"
+            );
+        }
+        // Where the walk needs them (the client's entry and right of it), they mean no key.
+        let c = proxies(ForwardedHeader::XForwardedFor);
+        for lines in [
+            &[&b"203.0.113.9\xff"[..]][..],
+            &[b"203.0.113.9, 10.0.0.\xff5"],
+            &[b"203.0.113.9", b"\xff"],
+        ] {
+            let h = raw(X_FORWARDED_FOR, lines);
+            assert_eq!(c.resolve(ip("10.0.0.1"), &h), None, "{lines:?}");
+        }
+        let c = proxies(ForwardedHeader::XRealIp);
+        let h = raw(X_REAL_IP, &[b"203.0.113.9\xff"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
+    }
+
+    #[test]
     fn x_real_ip_is_one_value() {
         let c = proxies(ForwardedHeader::XRealIp);
         let h = headers(X_REAL_IP, &["203.0.113.7"]);
@@ -352,9 +420,9 @@ mod tests {
     #[test]
     fn split_unquoted_respects_quotes_and_escapes() {
         assert_eq!(
-            split_unquoted(r#"a,"b,\"c",d"#, ','),
-            vec!["a", r#""b,\"c""#, "d"]
+            split_unquoted(br#"a,"b,\"c",d"#, b','),
+            vec![&b"a"[..], br#""b,\"c""#, b"d"]
         );
-        assert_eq!(split_unquoted("", ','), vec![""]);
+        assert_eq!(split_unquoted(b"", b','), vec![&b""[..]]);
     }
 }
