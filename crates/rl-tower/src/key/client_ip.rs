@@ -1,4 +1,4 @@
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{FORWARDED, HeaderName};
@@ -8,6 +8,8 @@ use rl_core::Key;
 
 use super::peer_ip::{DEFAULT_IPV6_PREFIX, ip_key};
 use super::{KeyExtractor, peer_addr};
+
+mod parse;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
@@ -34,16 +36,34 @@ pub enum ForwardedHeader {
 ///
 /// The header is read **only when the peer is a trusted proxy**; otherwise the peer itself is
 /// the client, and whatever it wrote in the header is ignored. Only the one configured header
-/// is read, never another one as a fallback. Its field lines are read in order and its
-/// entries walked from the right, skipping addresses of trusted proxies: the first untrusted
-/// address is the client. The leftmost entry is never believed just because it is leftmost
-/// (any client can write it). If every hop is trusted, the leftmost is the client.
+/// is read, never another one as a fallback.
 ///
-/// An entry that is not an IP address (`unknown`, an obfuscated identifier, garbage, bytes
-/// that are not UTF-8) where the walk needs it, or an `X-Real-IP` given twice, makes the
-/// request keyless (the layer's [`MissingKey`](crate::rate_limit::MissingKey) rule applies)
-/// rather than guessing. Field values are read as bytes: what the client wrote left of its
-/// address, whatever its bytes, does not matter.
+/// A proxy records its peer's address at the right end: it appends `, ADDR` (`Forwarded`:
+/// `, for=NODE`) to the last field line, or adds a field line. So the header is read from the
+/// right end of its last field line, entry by entry and then line by line, skipping addresses
+/// of trusted proxies: the first untrusted address is the client, and the reading stops there.
+/// What lies left of it is the client's own writing and is **never read**: garbage, bytes that
+/// are not UTF-8, or a quote left open there change nothing. The leftmost entry is never
+/// believed just because it is leftmost (any client can write it). If every hop is trusted,
+/// the leftmost is the client.
+///
+/// The entries that are read (the client's and those right of it) were written by our proxies,
+/// so they must be well-formed. One that is not makes the request keyless (the layer's
+/// [`MissingKey`](crate::rate_limit::MissingKey) rule applies) rather than guessing:
+///
+/// - `X-Forwarded-For`: each entry between commas is an address (`1.2.3.4`, `1.2.3.4:80`,
+///   `2001:db8::1`, `[2001:db8::1]:80`) with optional spaces around it; `unknown`, an
+///   obfuscated identifier, an empty entry or bytes that are not UTF-8 are not.
+/// - `Forwarded` (RFC 7239): each element is `name=value` pairs separated by `;` (names
+///   tokens, values tokens or quoted-strings) with exactly one `for`, whose node is an address,
+///   quoted or not. Elements are split at the commas outside quoted-strings, from the right: a
+///   `"` closes a quoted-string that opens at the nearest `"` to its left not escaped by `\`.
+///   On what our proxies wrote, this finds the same quoted-strings as reading from the left, so
+///   a quote the client left open (`for=6.6.6.1;x="` followed by our `, for=203.0.113.9`) never
+///   swallows their elements: it is met only once the reading has passed every one of them,
+///   as a quote that never opens, and then means no key.
+/// - `X-Real-IP`: one address, in one field line; a second line or a list means no key.
+///
 /// IPv6 addresses are grouped by prefix (default /64), IPv4-mapped ones count as IPv4.
 ///
 /// ```
@@ -64,6 +84,16 @@ pub enum ForwardedHeader {
 /// // Straight from the internet: the header is the client's own claim, and ignored.
 /// let spoofed = request("198.51.100.4:5000", "1.2.3.4");
 /// assert_eq!(client_ip.client_addr(&spoofed), Some("198.51.100.4".parse().unwrap()));
+///
+/// // The client sent `Forwarded: for=6.6.6.6;x="` and our proxy appended its element to
+/// // that line: the open quote swallows nothing.
+/// let forwarded = ClientIp::new(ForwardedHeader::Forwarded).trust("10.0.0.0/8".parse().unwrap());
+/// let mut req = Request::builder()
+///     .header("forwarded", r#"for=6.6.6.6;x=", for=203.0.113.9"#)
+///     .body(())
+///     .unwrap();
+/// req.extensions_mut().insert("10.0.0.2:443".parse::<SocketAddr>().unwrap());
+/// assert_eq!(forwarded.client_addr(&req), Some("203.0.113.9".parse().unwrap()));
 /// ```
 #[derive(Clone, Debug)]
 pub struct ClientIp {
@@ -151,13 +181,13 @@ impl ClientIp {
                 if values.next().is_some() {
                     return None;
                 }
-                parse_node(trim_ows(value.as_bytes()))
+                parse::node(parse::trim_ows(value.as_bytes()))
             }
             ForwardedHeader::XForwardedFor => {
                 let mut hops = Vec::new();
                 for line in headers.get_all(X_FORWARDED_FOR) {
                     for entry in line.as_bytes().split(|&b| b == b',') {
-                        hops.push(parse_node(trim_ows(entry)));
+                        hops.push(parse::node(parse::trim_ows(entry)));
                     }
                 }
                 self.walk(peer, hops)
@@ -165,9 +195,10 @@ impl ClientIp {
             ForwardedHeader::Forwarded => {
                 let mut hops = Vec::new();
                 for line in headers.get_all(FORWARDED) {
-                    for element in split_unquoted(line.as_bytes(), b',') {
-                        hops.push(forwarded_for(element));
-                    }
+                    // Elements are split from the right, where our proxies write.
+                    let start = hops.len();
+                    hops.extend(parse::forwarded_nodes(line.as_bytes()));
+                    hops[start..].reverse();
                 }
                 self.walk(peer, hops)
             }
@@ -191,68 +222,6 @@ impl<B> KeyExtractor<B> for ClientIp {
     fn extract(&self, req: &Request<B>) -> Option<Key> {
         self.client_addr(req).map(|ip| ip_key(ip, self.ipv6_prefix))
     }
-}
-
-/// An address as proxies write it: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]`,
-/// `[2001:db8::1]:80`. Anything else (`unknown`, `_hidden`, garbage, bytes that are not
-/// UTF-8) is `None`.
-fn parse_node(node: &[u8]) -> Option<IpAddr> {
-    let node = std::str::from_utf8(node).ok()?;
-    if let Ok(ip) = node.parse::<IpAddr>() {
-        return Some(ip.to_canonical());
-    }
-    if let Ok(addr) = node.parse::<SocketAddr>() {
-        return Some(addr.ip().to_canonical());
-    }
-    let inner = node.strip_prefix('[')?.strip_suffix(']')?;
-    inner
-        .parse::<std::net::Ipv6Addr>()
-        .ok()
-        .map(|v6| IpAddr::V6(v6).to_canonical())
-}
-
-/// The `for=` node of one `Forwarded` element, e.g. `for="[2001:db8::1]:80";proto=https`.
-fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
-    let value = split_unquoted(element, b';').into_iter().find_map(|pair| {
-        let eq = pair.iter().position(|&b| b == b'=')?;
-        let (name, value) = (&pair[..eq], &pair[eq + 1..]);
-        trim_ows(name)
-            .eq_ignore_ascii_case(b"for")
-            .then_some(trim_ows(value))
-    })?;
-    let value = match value.strip_prefix(b"\"") {
-        Some(quoted) => quoted.strip_suffix(b"\"")?,
-        None => value,
-    };
-    parse_node(value)
-}
-
-/// `s` without the optional whitespace (spaces and tabs) around it.
-fn trim_ows(s: &[u8]) -> &[u8] {
-    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
-    let start = s.iter().position(|b| !is_ows(b)).unwrap_or(s.len());
-    let end = s.iter().rposition(|b| !is_ows(b)).map_or(start, |i| i + 1);
-    &s[start..end]
-}
-
-/// Splits `s` on `separator` outside double-quoted strings (which may contain `\"`).
-fn split_unquoted(s: &[u8], separator: u8) -> Vec<&[u8]> {
-    let mut parts = Vec::new();
-    let (mut start, mut quoted, mut escaped) = (0, false, false);
-    for (i, &b) in s.iter().enumerate() {
-        if escaped {
-            escaped = false;
-        } else if quoted && b == b'\\' {
-            escaped = true;
-        } else if b == b'"' {
-            quoted = !quoted;
-        } else if b == separator && !quoted {
-            parts.push(&s[start..i]);
-            start = i + 1;
-        }
-    }
-    parts.push(&s[start..]);
-    parts
 }
 
 #[cfg(test)]
@@ -407,6 +376,41 @@ mod tests {
     }
 
     #[test]
+    fn a_quote_the_client_leaves_open_never_swallows_what_the_proxies_appended() {
+        // The client sends `Forwarded: for=6.6.6.1;x="`; our proxies append to that field line.
+        // Bug: the open quote swallowed their elements and the key was the client's `6.6.6.1`.
+        let c = proxies(ForwardedHeader::Forwarded);
+        for line in [
+            r#"for=6.6.6.1;x=", for=203.0.113.9"#,
+            r#"for=6.6.6.1;x=", for=203.0.113.9, for=10.0.0.5"#,
+            r#"for=6.6.6.1;x=",for="203.0.113.9:80";proto=https, for="[2001:db8:ffff::2]""#,
+            r#"for="6.6.6.1, for=203.0.113.9"#,
+            r#"for=6.6.6.1;x="\, for=203.0.113.9"#,
+            r#"for=6.6.6.1, x=", for="203.0.113.9";host="a,b;c\"d", for=10.0.0.5"#,
+        ] {
+            let h = headers(FORWARDED, &[line]);
+            assert_eq!(
+                c.resolve(ip("10.0.0.1"), &h),
+                Some(ip("203.0.113.9")),
+                "{line}"
+            );
+        }
+        // Our proxy wrote a new field line instead.
+        let h = headers(FORWARDED, &[r#"for=6.6.6.1;x=""#, "for=203.0.113.9"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("203.0.113.9")));
+        // Every element our proxies wrote is trusted: left of them is the client's garbage, and
+        // an open quote there never joins them. No key, rather than an address the client chose.
+        for lines in [
+            &[r#"for=6.6.6.1;x=", for=10.0.0.5"#][..],
+            &[r#"for=6.6.6.1;x=""#, "for=10.0.0.5"],
+            &[r#"for=6.6.6.1, x=", for=10.0.0.5"#],
+        ] {
+            let h = headers(FORWARDED, lines);
+            assert_eq!(c.resolve(ip("10.0.0.1"), &h), None, "{lines:?}");
+        }
+    }
+
+    #[test]
     fn x_real_ip_is_one_value() {
         let c = proxies(ForwardedHeader::XRealIp);
         let h = headers(X_REAL_IP, &["203.0.113.7"]);
@@ -415,14 +419,5 @@ mod tests {
         assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
         let h = headers(X_REAL_IP, &["1.1.1.1, 2.2.2.2"]);
         assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
-    }
-
-    #[test]
-    fn split_unquoted_respects_quotes_and_escapes() {
-        assert_eq!(
-            split_unquoted(br#"a,"b,\"c",d"#, b','),
-            vec![&b"a"[..], br#""b,\"c""#, b"d"]
-        );
-        assert_eq!(split_unquoted(b"", b','), vec![&b""[..]]);
     }
 }
