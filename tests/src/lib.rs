@@ -180,6 +180,53 @@ impl ProxiedCase {
     }
 }
 
+/// The client address in [`proxied_request`]s.
+pub const PROXIED_CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 9));
+
+/// A request from our proxy at 10.0.0.2 (trust 10.0.0.0/8) whose one `header` field line,
+/// `len` bytes long, is the client's own writing (`6.6.6.6, ` over and over) followed by
+/// what our proxies appended: the client [`PROXIED_CLIENT`] and one trusted hop, 10.0.0.1.
+/// The client sits near the right end, however long the line. `X-Real-IP` holds the client
+/// alone, whatever `len`.
+///
+/// ```
+/// use rl_tower::key::{ClientIp, ForwardedHeader};
+/// let req = tests::proxied_request(ForwardedHeader::Forwarded, 40);
+/// assert_eq!(req.headers()["forwarded"].len(), 40);
+/// let client_ip = ClientIp::new(ForwardedHeader::Forwarded).trust("10.0.0.0/8".parse().unwrap());
+/// assert_eq!(client_ip.client_addr(&req), Some(tests::PROXIED_CLIENT));
+/// ```
+#[must_use]
+pub fn proxied_request(header: ForwardedHeader, len: usize) -> Request<()> {
+    let (name, client_part, proxies_part) = match header {
+        ForwardedHeader::Forwarded => (
+            "forwarded",
+            "for=6.6.6.6, ",
+            format!(", for={PROXIED_CLIENT}, for=10.0.0.1"),
+        ),
+        ForwardedHeader::XRealIp => ("x-real-ip", "", PROXIED_CLIENT.to_string()),
+        _ => (
+            "x-forwarded-for",
+            "6.6.6.6, ",
+            format!(", {PROXIED_CLIENT}, 10.0.0.1"),
+        ),
+    };
+    let line: Vec<u8> = client_part
+        .bytes()
+        .cycle()
+        .take(len.saturating_sub(proxies_part.len()))
+        .chain(proxies_part.bytes())
+        .collect();
+    let mut req = Request::new(());
+    req.headers_mut().insert(
+        name,
+        http::HeaderValue::from_bytes(&line).expect("a valid field value"),
+    );
+    let peer: SocketAddr = "10.0.0.2:443".parse().expect("valid address");
+    req.extensions_mut().insert(peer);
+    req
+}
+
 /// Whether an IPv4 client was written in its IPv4-mapped IPv6 form (`::ffff:a.b.c.d`), or an
 /// IPv6 one in a non-canonical spelling that parses to it.
 fn mapped_written(written: &str, client: IpAddr) -> bool {

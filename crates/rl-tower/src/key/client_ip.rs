@@ -183,32 +183,32 @@ impl ClientIp {
                 }
                 parse::node(parse::trim_ows(value.as_bytes()))
             }
-            ForwardedHeader::XForwardedFor => {
-                let mut hops = Vec::new();
-                for line in headers.get_all(X_FORWARDED_FOR) {
-                    for entry in line.as_bytes().split(|&b| b == b',') {
-                        hops.push(parse::node(parse::trim_ows(entry)));
-                    }
-                }
-                self.walk(peer, hops)
-            }
-            ForwardedHeader::Forwarded => {
-                let mut hops = Vec::new();
-                for line in headers.get_all(FORWARDED) {
-                    // Elements are split from the right, where our proxies write.
-                    let start = hops.len();
-                    hops.extend(parse::forwarded_nodes(line.as_bytes()));
-                    hops[start..].reverse();
-                }
-                self.walk(peer, hops)
-            }
+            // Field lines from the last, each from its right end: the hops in the order our
+            // proxies added them, newest first, read lazily so that the walk stops at the
+            // client without touching what lies left of it.
+            ForwardedHeader::XForwardedFor => self.walk(
+                peer,
+                headers
+                    .get_all(X_FORWARDED_FOR)
+                    .iter()
+                    .rev()
+                    .flat_map(|line| parse::x_forwarded_for_nodes(line.as_bytes())),
+            ),
+            ForwardedHeader::Forwarded => self.walk(
+                peer,
+                headers
+                    .get_all(FORWARDED)
+                    .iter()
+                    .rev()
+                    .flat_map(|line| parse::forwarded_nodes(line.as_bytes())),
+            ),
         }
     }
 
-    /// Walks `hops` (left to right as written) from the right, past trusted proxies.
-    fn walk(&self, peer: IpAddr, hops: Vec<Option<IpAddr>>) -> Option<IpAddr> {
+    /// Walks `hops` (newest first) past trusted proxies, to the first untrusted one.
+    fn walk(&self, peer: IpAddr, hops: impl Iterator<Item = Option<IpAddr>>) -> Option<IpAddr> {
         let mut client = peer;
-        for hop in hops.into_iter().rev() {
+        for hop in hops {
             client = hop?;
             if !self.is_trusted(client) {
                 break;

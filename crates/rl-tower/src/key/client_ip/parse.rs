@@ -37,6 +37,13 @@ fn is_ows(b: u8) -> bool {
     b == b' ' || b == b'\t'
 }
 
+/// The entries of one `X-Forwarded-For` field line, from the right: `Some(ip)` for an
+/// address, `None` for anything else.
+pub(super) fn x_forwarded_for_nodes(line: &[u8]) -> impl Iterator<Item = Option<IpAddr>> + '_ {
+    line.rsplit(|&b| b == b',')
+        .map(|entry| node(trim_ows(entry)))
+}
+
 /// The nodes of one `Forwarded` field line's elements, from the right: `Some(ip)` for a
 /// well-formed element with one `for` node that is an address, `None` for anything else.
 /// After a quote that closes but never opens, the line yields one `None` and ends.
