@@ -5,8 +5,12 @@
 //! well-formed record to whatever the client sent, the client is exactly the address they
 //! wrote, never one the client did.
 //!
-//! `cargo fuzz run client_ip` (from `fuzz/`; nightly or `RUSTC_BOOTSTRAP=1`). The corpus in
-//! `corpus/client_ip` is replayed on stable by the `tower` integration tests.
+//! From `fuzz/` (nightly, or stable with `RUSTC_BOOTSTRAP=1`), writing what it finds to a
+//! scratch directory so that the committed corpus stays small:
+//! `cargo fuzz run client_ip /tmp/client_ip corpus/client_ip -- -dict=client_ip.dict`.
+//! The corpus in `corpus/client_ip` is replayed on stable by the `tower` integration tests.
+//! To refresh it: `cargo fuzz cmin client_ip /tmp/client_ip -- -use_counters=0` (edges only,
+//! a couple of hundred small files), then copy that and the named regression cases back.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

@@ -13,7 +13,8 @@ use rl_tower::key::{ClientIp, ForwardedHeader};
 /// `X-Real-IP`), an IPv4 or IPv6 trusted peer by its high bit, and the mode by bit 6:
 ///
 /// - **raw** (bit 6 clear): the rest is the header's raw bytes, one field line per `\n`. The
-///   resolved address must be the peer or one written in the header.
+///   resolved address must be the peer or one written in the header (as is, IPv4-mapped, or
+///   escaped in a quoted-string: `for=":\:41"` writes `::41`).
 /// - **attack** (bit 6 set): the rest is a [`ProxiedCase`]: what a client sent, arbitrary bytes,
 ///   to which the harness, playing our trusted proxies, appends a well-formed record of the
 ///   client's address and 0 to 3 trusted hops. The resolved address must be exactly the
@@ -55,9 +56,18 @@ pub fn client_ip_case(data: &[u8]) -> Option<IpAddr> {
     let lines: Vec<&[u8]> = rest.split(|&b| b == b'\n').collect();
     let client = client_ip.client_addr(&request(name, peer, &lines))?;
     let written = String::from_utf8_lossy(rest).to_ascii_lowercase();
+    // A `Forwarded` node may be a quoted-string with escapes: `for=":\:41"` is `::41`.
+    let mut unescaped = String::with_capacity(written.len());
+    let mut chars = written.chars();
+    while let Some(c) = chars.next() {
+        unescaped.extend(if c == '\\' { chars.next() } else { Some(c) });
+    }
     let text = client.to_string();
     assert!(
-        client == peer.ip() || written.contains(&text) || mapped_written(&written, client),
+        client == peer.ip()
+            || [&written, &unescaped]
+                .iter()
+                .any(|w| w.contains(&text) || mapped_written(w, client)),
         "resolved {client} appears neither as the peer nor in the header"
     );
     Some(client)
