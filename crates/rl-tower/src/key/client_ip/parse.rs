@@ -179,7 +179,28 @@ fn closing_quote(s: &[u8]) -> Option<usize> {
 
 /// RFC 9110 `tchar`.
 fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    // A `match`, not a search of the punctuation list: it runs for every byte of an element.
+    matches!(
+        b,
+        b'0'..=b'9'
+            | b'a'..=b'z'
+            | b'A'..=b'Z'
+            | b'!'
+            | b'#'
+            | b'$'
+            | b'%'
+            | b'&'
+            | b'\''
+            | b'*'
+            | b'+'
+            | b'-'
+            | b'.'
+            | b'^'
+            | b'_'
+            | b'`'
+            | b'|'
+            | b'~'
+    )
 }
 
 /// A byte of an unquoted value: a `tchar`, or `:`, `[`, `]` of an unquoted address.
