@@ -57,11 +57,12 @@ pub enum ForwardedHeader {
 /// - `Forwarded` (RFC 7239): each element is `name=value` pairs separated by `;` (names
 ///   tokens, values tokens or quoted-strings) with exactly one `for`, whose node is an address,
 ///   quoted or not. Elements are split at the commas outside quoted-strings, from the right: a
-///   `"` closes a quoted-string that opens at the nearest `"` to its left not escaped by `\`.
-///   On what our proxies wrote, this finds the same quoted-strings as reading from the left, so
-///   a quote the client left open (`for=6.6.6.1;x="` followed by our `, for=203.0.113.9`) never
-///   swallows their elements: it is met only once the reading has passed every one of them,
-///   as a quote that never opens, and then means no key.
+///   `"` closes a quoted-string that opens at the nearest `"` to its left that is not escaped
+///   (an odd run of `\` before a `"` escapes it). On what our proxies wrote, this finds the
+///   same quoted-strings as reading from the left, so a quote the client left open
+///   (`for=6.6.6.1;x="` followed by our `, for=203.0.113.9`) never swallows their elements: it
+///   is met only once the reading has passed every one of them, as a quote that never opens,
+///   and then means no key.
 /// - `X-Real-IP`: one address, in one field line; a second line or a list means no key.
 ///
 /// IPv6 addresses are grouped by prefix (default /64), IPv4-mapped ones count as IPv4.
