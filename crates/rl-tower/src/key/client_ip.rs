@@ -1,4 +1,4 @@
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{FORWARDED, HeaderName};
@@ -8,6 +8,8 @@ use rl_core::Key;
 
 use super::peer_ip::{DEFAULT_IPV6_PREFIX, ip_key};
 use super::{KeyExtractor, peer_addr};
+
+mod parse;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
@@ -34,14 +36,35 @@ pub enum ForwardedHeader {
 ///
 /// The header is read **only when the peer is a trusted proxy**; otherwise the peer itself is
 /// the client, and whatever it wrote in the header is ignored. Only the one configured header
-/// is read, never another one as a fallback. Its field lines are read in order and its
-/// entries walked from the right, skipping addresses of trusted proxies: the first untrusted
-/// address is the client. The leftmost entry is never believed just because it is leftmost
-/// (any client can write it). If every hop is trusted, the leftmost is the client.
+/// is read, never another one as a fallback.
 ///
-/// An entry that is not an IP address (`unknown`, an obfuscated identifier, garbage), a
-/// header that is not UTF-8, or an `X-Real-IP` given twice makes the request keyless (the
-/// layer's [`MissingKey`](crate::rate_limit::MissingKey) rule applies) rather than guessing.
+/// A proxy records its peer's address at the right end: it appends `, ADDR` (`Forwarded`:
+/// `, for=NODE`) to the last field line, or adds a field line. So the header is read from the
+/// right end of its last field line, entry by entry and then line by line, skipping addresses
+/// of trusted proxies: the first untrusted address is the client, and the reading stops there.
+/// What lies left of it is the client's own writing and is **never read**: garbage, bytes that
+/// are not UTF-8, or a quote left open there change nothing. The leftmost entry is never
+/// believed just because it is leftmost (any client can write it). If every hop is trusted,
+/// the leftmost is the client.
+///
+/// The entries that are read (the client's and those right of it) were written by our proxies,
+/// so they must be well-formed. One that is not makes the request keyless (the layer's
+/// [`MissingKey`](crate::rate_limit::MissingKey) rule applies) rather than guessing:
+///
+/// - `X-Forwarded-For`: each entry between commas is an address (`1.2.3.4`, `1.2.3.4:80`,
+///   `2001:db8::1`, `[2001:db8::1]:80`) with optional spaces around it; `unknown`, an
+///   obfuscated identifier, an empty entry or bytes that are not UTF-8 are not.
+/// - `Forwarded` (RFC 7239): each element is `name=value` pairs separated by `;` (names
+///   tokens, values tokens or quoted-strings) with exactly one `for`, whose node is an address,
+///   quoted or not. Elements are split at the commas outside quoted-strings, from the right: a
+///   `"` closes a quoted-string that opens at the nearest `"` to its left that is not escaped
+///   (an odd run of `\` before a `"` escapes it). On what our proxies wrote, this finds the
+///   same quoted-strings as reading from the left, so a quote the client left open
+///   (`for=6.6.6.1;x="` followed by our `, for=203.0.113.9`) never swallows their elements: it
+///   is met only once the reading has passed every one of them, as a quote that never opens,
+///   and then means no key.
+/// - `X-Real-IP`: one address, in one field line; a second line or a list means no key.
+///
 /// IPv6 addresses are grouped by prefix (default /64), IPv4-mapped ones count as IPv4.
 ///
 /// ```
@@ -62,6 +85,16 @@ pub enum ForwardedHeader {
 /// // Straight from the internet: the header is the client's own claim, and ignored.
 /// let spoofed = request("198.51.100.4:5000", "1.2.3.4");
 /// assert_eq!(client_ip.client_addr(&spoofed), Some("198.51.100.4".parse().unwrap()));
+///
+/// // The client sent `Forwarded: for=6.6.6.6;x="` and our proxy appended its element to
+/// // that line: the open quote swallows nothing.
+/// let forwarded = ClientIp::new(ForwardedHeader::Forwarded).trust("10.0.0.0/8".parse().unwrap());
+/// let mut req = Request::builder()
+///     .header("forwarded", r#"for=6.6.6.6;x=", for=203.0.113.9"#)
+///     .body(())
+///     .unwrap();
+/// req.extensions_mut().insert("10.0.0.2:443".parse::<SocketAddr>().unwrap());
+/// assert_eq!(forwarded.client_addr(&req), Some("203.0.113.9".parse().unwrap()));
 /// ```
 #[derive(Clone, Debug)]
 pub struct ClientIp {
@@ -149,33 +182,34 @@ impl ClientIp {
                 if values.next().is_some() {
                     return None;
                 }
-                parse_node(value.to_str().ok()?.trim())
+                parse::node(parse::trim_ows(value.as_bytes()))
             }
-            ForwardedHeader::XForwardedFor => {
-                let mut hops = Vec::new();
-                for line in headers.get_all(X_FORWARDED_FOR) {
-                    for entry in line.to_str().ok()?.split(',') {
-                        hops.push(parse_node(entry.trim()));
-                    }
-                }
-                self.walk(peer, hops)
-            }
-            ForwardedHeader::Forwarded => {
-                let mut hops = Vec::new();
-                for line in headers.get_all(FORWARDED) {
-                    for element in split_unquoted(line.to_str().ok()?, ',') {
-                        hops.push(forwarded_for(element));
-                    }
-                }
-                self.walk(peer, hops)
-            }
+            // Field lines from the last, each from its right end: the hops in the order our
+            // proxies added them, newest first, read lazily so that the walk stops at the
+            // client without touching what lies left of it.
+            ForwardedHeader::XForwardedFor => self.walk(
+                peer,
+                headers
+                    .get_all(X_FORWARDED_FOR)
+                    .iter()
+                    .rev()
+                    .flat_map(|line| parse::x_forwarded_for_nodes(line.as_bytes())),
+            ),
+            ForwardedHeader::Forwarded => self.walk(
+                peer,
+                headers
+                    .get_all(FORWARDED)
+                    .iter()
+                    .rev()
+                    .flat_map(|line| parse::forwarded_nodes(line.as_bytes())),
+            ),
         }
     }
 
-    /// Walks `hops` (left to right as written) from the right, past trusted proxies.
-    fn walk(&self, peer: IpAddr, hops: Vec<Option<IpAddr>>) -> Option<IpAddr> {
+    /// Walks `hops` (newest first) past trusted proxies, to the first untrusted one.
+    fn walk(&self, peer: IpAddr, hops: impl Iterator<Item = Option<IpAddr>>) -> Option<IpAddr> {
         let mut client = peer;
-        for hop in hops.into_iter().rev() {
+        for hop in hops {
             client = hop?;
             if !self.is_trusted(client) {
                 break;
@@ -191,59 +225,10 @@ impl<B> KeyExtractor<B> for ClientIp {
     }
 }
 
-/// An address as proxies write it: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]`,
-/// `[2001:db8::1]:80`. Anything else (`unknown`, `_hidden`, garbage) is `None`.
-fn parse_node(node: &str) -> Option<IpAddr> {
-    if let Ok(ip) = node.parse::<IpAddr>() {
-        return Some(ip.to_canonical());
-    }
-    if let Ok(addr) = node.parse::<SocketAddr>() {
-        return Some(addr.ip().to_canonical());
-    }
-    let inner = node.strip_prefix('[')?.strip_suffix(']')?;
-    inner
-        .parse::<std::net::Ipv6Addr>()
-        .ok()
-        .map(|v6| IpAddr::V6(v6).to_canonical())
-}
-
-/// The `for=` node of one `Forwarded` element, e.g. `for="[2001:db8::1]:80";proto=https`.
-fn forwarded_for(element: &str) -> Option<IpAddr> {
-    let value = split_unquoted(element, ';').into_iter().find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        name.trim()
-            .eq_ignore_ascii_case("for")
-            .then_some(value.trim())
-    })?;
-    let value = match value.strip_prefix('"') {
-        Some(quoted) => quoted.strip_suffix('"')?,
-        None => value,
-    };
-    parse_node(value)
-}
-
-/// Splits `s` on `separator` outside double-quoted strings (which may contain `\"`).
-fn split_unquoted(s: &str, separator: char) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let (mut start, mut quoted, mut escaped) = (0, false, false);
-    for (i, c) in s.char_indices() {
-        if escaped {
-            escaped = false;
-        } else if quoted && c == '\\' {
-            escaped = true;
-        } else if c == '"' {
-            quoted = !quoted;
-        } else if c == separator && !quoted {
-            parts.push(&s[start..i]);
-            start = i + c.len_utf8();
-        }
-    }
-    parts.push(&s[start..]);
-    parts
-}
-
 #[cfg(test)]
 mod tests {
+    use http::HeaderValue;
+
     use super::*;
 
     fn ip(s: &str) -> IpAddr {
@@ -339,6 +324,94 @@ mod tests {
     }
 
     #[test]
+    fn bytes_that_are_not_utf8_left_of_the_client_do_not_matter() {
+        // Bug: one byte of the client's that is not UTF-8 made the whole header unreadable.
+        let raw = |name: HeaderName, lines: &[&[u8]]| {
+            let mut map = HeaderMap::new();
+            for line in lines {
+                map.append(name.clone(), HeaderValue::from_bytes(line).unwrap());
+            }
+            map
+        };
+        let c = proxies(ForwardedHeader::XForwardedFor);
+        for lines in [
+            &[&b"\xff\xfe, 203.0.113.9, 10.0.0.5"[..]][..],
+            &[b"caf\xc3", b"203.0.113.9"],
+            &[b"1.1.1.1, caf\xc3\xa9, 203.0.113.9"],
+        ] {
+            let h = raw(X_FORWARDED_FOR, lines);
+            assert_eq!(
+                c.resolve(ip("10.0.0.1"), &h),
+                Some(ip("203.0.113.9")),
+                "{lines:?}"
+            );
+        }
+        let c = proxies(ForwardedHeader::Forwarded);
+        for lines in [
+            &[&b"for=\"\xff\", for=203.0.113.9"[..]][..],
+            &[
+                b"for=1.2.3.4;host=\xe9t\xe9",
+                b"for=203.0.113.9;host=\"\xe9t\xe9\"",
+            ],
+        ] {
+            let h = raw(FORWARDED, lines);
+            assert_eq!(
+                c.resolve(ip("10.0.0.1"), &h),
+                Some(ip("203.0.113.9")),
+                "{lines:?}"
+            );
+        }
+        // Where the walk needs them (the client's entry and right of it), they mean no key.
+        let c = proxies(ForwardedHeader::XForwardedFor);
+        for lines in [
+            &[&b"203.0.113.9\xff"[..]][..],
+            &[b"203.0.113.9, 10.0.0.\xff5"],
+            &[b"203.0.113.9", b"\xff"],
+        ] {
+            let h = raw(X_FORWARDED_FOR, lines);
+            assert_eq!(c.resolve(ip("10.0.0.1"), &h), None, "{lines:?}");
+        }
+        let c = proxies(ForwardedHeader::XRealIp);
+        let h = raw(X_REAL_IP, &[b"203.0.113.9\xff"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
+    }
+
+    #[test]
+    fn a_quote_the_client_leaves_open_never_swallows_what_the_proxies_appended() {
+        // The client sends `Forwarded: for=6.6.6.1;x="`; our proxies append to that field line.
+        // Bug: the open quote swallowed their elements and the key was the client's `6.6.6.1`.
+        let c = proxies(ForwardedHeader::Forwarded);
+        for line in [
+            r#"for=6.6.6.1;x=", for=203.0.113.9"#,
+            r#"for=6.6.6.1;x=", for=203.0.113.9, for=10.0.0.5"#,
+            r#"for=6.6.6.1;x=",for="203.0.113.9:80";proto=https, for="[2001:db8:ffff::2]""#,
+            r#"for="6.6.6.1, for=203.0.113.9"#,
+            r#"for=6.6.6.1;x="\, for=203.0.113.9"#,
+            r#"for=6.6.6.1, x=", for="203.0.113.9";host="a,b;c\"d", for=10.0.0.5"#,
+        ] {
+            let h = headers(FORWARDED, &[line]);
+            assert_eq!(
+                c.resolve(ip("10.0.0.1"), &h),
+                Some(ip("203.0.113.9")),
+                "{line}"
+            );
+        }
+        // Our proxy wrote a new field line instead.
+        let h = headers(FORWARDED, &[r#"for=6.6.6.1;x=""#, "for=203.0.113.9"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), Some(ip("203.0.113.9")));
+        // Every element our proxies wrote is trusted: left of them is the client's garbage, and
+        // an open quote there never joins them. No key, rather than an address the client chose.
+        for lines in [
+            &[r#"for=6.6.6.1;x=", for=10.0.0.5"#][..],
+            &[r#"for=6.6.6.1;x=""#, "for=10.0.0.5"],
+            &[r#"for=6.6.6.1, x=", for=10.0.0.5"#],
+        ] {
+            let h = headers(FORWARDED, lines);
+            assert_eq!(c.resolve(ip("10.0.0.1"), &h), None, "{lines:?}");
+        }
+    }
+
+    #[test]
     fn x_real_ip_is_one_value() {
         let c = proxies(ForwardedHeader::XRealIp);
         let h = headers(X_REAL_IP, &["203.0.113.7"]);
@@ -347,14 +420,5 @@ mod tests {
         assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
         let h = headers(X_REAL_IP, &["1.1.1.1, 2.2.2.2"]);
         assert_eq!(c.resolve(ip("10.0.0.1"), &h), None);
-    }
-
-    #[test]
-    fn split_unquoted_respects_quotes_and_escapes() {
-        assert_eq!(
-            split_unquoted(r#"a,"b,\"c",d"#, ','),
-            vec!["a", r#""b,\"c""#, "d"]
-        );
-        assert_eq!(split_unquoted("", ','), vec![""]);
     }
 }
