@@ -18,8 +18,13 @@ use tower::{ServiceBuilder, ServiceExt};
 
 /// The deadline of every store call in these tests.
 pub(crate) const DEADLINE: Duration = Duration::from_millis(100);
-/// What a request may take beyond the deadline: scheduling on a shared two-core machine
-/// running a debug build.
+/// What the 99th percentile of requests may take beyond the deadline under any fault.
+pub(crate) const P99_MARGIN: Duration = Duration::from_millis(10);
+/// What the 99th percentile of requests may take while the breaker is open: it answers
+/// without the store.
+pub(crate) const P99_OPEN: Duration = Duration::from_millis(1);
+/// What the slowest request may take beyond the deadline: scheduling on a shared two-core
+/// machine running a debug build (a stray one, never the 99th percentile).
 pub(crate) const MARGIN: Duration = Duration::from_millis(150);
 pub(crate) const BASE_BACKOFF: Duration = Duration::from_millis(100);
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_millis(800);
@@ -334,11 +339,28 @@ impl Report {
             .map(|s| s.latency)
             .max()
             .unwrap_or_default();
+        let all_p99 = p99(self.samples.iter().map(|s| s.latency));
+        let open: Vec<Duration> = self
+            .samples
+            .iter()
+            .filter(|s| self.open_at(s.start))
+            .map(|s| s.latency)
+            .collect();
+        let open_p99 = p99(open.iter().copied());
         eprintln!(
-            "{} requests, slowest {slowest:?}; the store decided again {:?} after recovery; store errors {:?}",
+            "{} requests: p99 {all_p99:?}, slowest {slowest:?}; while the breaker was open ({} requests): p99 {open_p99:?}; the store decided again {:?} after recovery; store errors {:?}",
             self.samples.len(),
+            open.len(),
             self.resumed_after,
             self.errors
+        );
+        assert!(
+            all_p99 <= deadline + P99_MARGIN,
+            "p99 {all_p99:?}, past the {deadline:?} deadline + {P99_MARGIN:?}"
+        );
+        assert!(
+            open_p99 <= P99_OPEN,
+            "p99 {open_p99:?} while the breaker was open, past {P99_OPEN:?}"
         );
         assert!(
             slowest <= deadline + MARGIN,
@@ -400,6 +422,25 @@ impl Report {
         );
     }
 
+    /// Whether the breaker was open (and stayed so for a while) when a request started at
+    /// `at`: the requests that must be answered without the store.
+    fn open_at(&self, at: Instant) -> bool {
+        let mut state = BreakerState::Closed;
+        for &(since, to) in &self.transitions {
+            if since > at {
+                break;
+            }
+            state = to;
+        }
+        // The watcher polls every millisecond: a request just after a transition may have
+        // met the state before it.
+        state == BreakerState::Open
+            && self
+                .transitions
+                .iter()
+                .any(|&(since, to)| to == BreakerState::Open && since + Duration::from_millis(2) <= at)
+    }
+
     /// The breaker never left `Closed`.
     pub(crate) fn assert_breaker_stayed_closed(&self) {
         assert_eq!(
@@ -441,4 +482,13 @@ impl Report {
             "no {expected:?} during the fault: {during:?}"
         );
     }
+}
+
+/// The 99th percentile of `latencies` (zero when there are none).
+fn p99(latencies: impl Iterator<Item = Duration>) -> Duration {
+    let mut all: Vec<Duration> = latencies.collect();
+    all.sort_unstable();
+    all.get((all.len() * 99 / 100).min(all.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default()
 }
