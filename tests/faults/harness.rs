@@ -397,6 +397,19 @@ impl Report {
         );
     }
 
+    /// The breaker opened during the fault.
+    pub(crate) fn assert_breaker_opened_at_least_once(&self) {
+        let (fault, _) = self.fault.expect("fault() was called");
+        assert!(
+            self.transitions
+                .iter()
+                .any(|&(at, state)| at >= fault && state == BreakerState::Open),
+            "the breaker never opened (store errors {:?}): {:?}",
+            self.errors,
+            self.transitions
+        );
+    }
+
     /// The breaker opened during the fault, and spared the failing store: no more failed calls
     /// than the threshold, the calls already in flight, and one probe per backoff. (Calls that
     /// succeed, once a failover has happened but before the test sees it, do not count.)
@@ -435,10 +448,9 @@ impl Report {
         // The watcher polls every millisecond: a request just after a transition may have
         // met the state before it.
         state == BreakerState::Open
-            && self
-                .transitions
-                .iter()
-                .any(|&(since, to)| to == BreakerState::Open && since + Duration::from_millis(2) <= at)
+            && self.transitions.iter().any(|&(since, to)| {
+                to == BreakerState::Open && since + Duration::from_millis(2) <= at
+            })
     }
 
     /// The breaker never left `Closed`.
@@ -491,4 +503,43 @@ fn p99(latencies: impl Iterator<Item = Duration>) -> Duration {
     all.get((all.len() * 99 / 100).min(all.len().saturating_sub(1)))
         .copied()
         .unwrap_or_default()
+}
+
+/// The process's metrics recorder (installed on first use), and the counters it has seen: a
+/// snapshot takes what was counted since the last one.
+pub(crate) struct Metrics {
+    snapshotter: metrics_util::debugging::Snapshotter,
+    failures: Mutex<HashMap<String, u64>>,
+}
+
+impl Metrics {
+    /// `rl_store_failures_total` of `kind` so far, over every breaker.
+    pub(crate) fn failures(&self, kind: StoreErrorKind) -> u64 {
+        let mut failures = self.failures.lock().unwrap();
+        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
+            let kind = key.key().labels().find(|l| l.key() == "kind");
+            if let (true, Some(kind), metrics_util::debugging::DebugValue::Counter(n)) =
+                (key.key().name() == "rl_store_failures_total", kind, value)
+            {
+                *failures.entry(kind.value().to_owned()).or_default() += n;
+            }
+        }
+        failures.get(kind.as_str()).copied().unwrap_or(0)
+    }
+}
+
+/// The metrics recorder every fault test reports to.
+pub(crate) fn metrics() -> &'static Metrics {
+    static METRICS: std::sync::OnceLock<Metrics> = std::sync::OnceLock::new();
+    METRICS.get_or_init(|| {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("the only recorder of this process");
+        Metrics {
+            snapshotter,
+            failures: Mutex::default(),
+        }
+    })
 }

@@ -15,7 +15,7 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use harness::{Harness, Outcome, Report, config};
-use rl_core::{Key, Quota};
+use rl_core::{Key, KeyRepr, Quota, Store};
 use rl_store_memory::MemoryStore;
 use rl_store_redis::{RedisConfig, RedisStore};
 use rl_tower::rate_limit::FailureMode;
@@ -196,7 +196,7 @@ async fn maxmemory_oom() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_of_the_wrong_type_fails_only_that_key() {
+async fn a_key_of_the_wrong_type_is_denied_and_repaired_never_a_sick_store() {
     let _serial = SERIAL.lock().await;
     let server = RedisServer::start();
     let store = config(server.url()).prefix("faults").build().unwrap();
@@ -205,33 +205,35 @@ async fn a_key_of_the_wrong_type_fails_only_that_key() {
     h.healthy().await;
     h.start_load();
     h.fault();
-    // Replaced atomically: the store would otherwise write its state back in between.
-    let _: i64 = server
-        .query(
-            redis::cmd("EVAL")
-                .arg("redis.call('DEL', KEYS[1]) return redis.call('LPUSH', KEYS[1], ARGV[1])")
-                .arg(1)
-                .arg(&bad_key)
-                .arg("not a rate-limit state"),
-        )
-        .unwrap();
-    tokio::time::sleep(HOLD).await;
-    let _: () = server.query(redis::cmd("DEL").arg(&bad_key)).unwrap();
+    // The key is made a list, again and again: each time, a check finds it, is denied, and
+    // puts a state of the right shape back.
+    let started = Instant::now();
+    while started.elapsed() < HOLD {
+        let _: i64 = server
+            .query(
+                redis::cmd("EVAL")
+                    .arg("redis.call('DEL', KEYS[1]) return redis.call('LPUSH', KEYS[1], ARGV[1])")
+                    .arg(1)
+                    .arg(&bad_key)
+                    .arg("not a rate-limit state"),
+            )
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     h.recovered();
     let report = h.finish(SETTLE).await;
     report.assert_common(2);
-    // One bad key is not a sick store: the breaker stays closed, other keys are decided.
+    // One bad key is not a sick store: the breaker stays closed, other keys are decided, and
+    // the bad key is denied (never let through, never a 503).
     report.assert_breaker_stayed_closed();
-    for sample in report.during_fault() {
-        if sample.outcome == Outcome::Unavailable {
-            assert_eq!(sample.key, 5, "only the bad key fails");
+    report.assert_outcomes(&[Outcome::Decided, Outcome::Denied], Outcome::Denied);
+    for sample in &report.samples {
+        if sample.outcome == Outcome::Denied {
+            assert_eq!(sample.key, 5, "only the bad key is denied");
         }
     }
-    let bad = Report::tally(report.during_fault().filter(|s| s.key == 5));
-    assert!(
-        bad.get(&Outcome::Unavailable).copied().unwrap_or(0) > 0,
-        "{bad:?}"
-    );
+    let kind: String = server.query(redis::cmd("TYPE").arg(&bad_key)).unwrap();
+    assert_eq!(kind, "string", "repaired");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -436,4 +438,289 @@ async fn cluster_slot_migration_under_load_keeps_the_count() {
         admitted <= 100 + refill,
         "{admitted} admitted in {elapsed:?} under 100/min: {tally:?}"
     );
+}
+
+/// Runs `cmd` on a connection to `port` authenticated with `url`'s credentials.
+fn query_as<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> T {
+    let mut connection = redis::Client::open(url)
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    cmd.query(&mut connection).unwrap()
+}
+
+/// A store that cannot authenticate (or has no permission, or no room): the breaker opens
+/// (these failures are the store's, not one request's), the failure mode answers, a metric
+/// and a log say why; once the server is fixed, Redis decides again without a restart.
+async fn refused_until_fixed(
+    store_url: String,
+    kinds: &[rl_core::StoreErrorKind],
+    fix: impl FnOnce(),
+) {
+    let recorder = harness::metrics();
+    let before: u64 = kinds.iter().map(|&kind| recorder.failures(kind)).sum();
+    let store = config(store_url).prefix("faults").build().unwrap();
+    let mut h = Harness::new(store, closed(), quota(), keys());
+    h.start_load();
+    h.fault();
+    tokio::time::sleep(HOLD).await;
+    fix();
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(6);
+    report.assert_breaker_opened();
+    assert_closed(&report);
+    assert!(
+        kinds.iter().any(|kind| report.errors.contains_key(kind)),
+        "{:?}",
+        report.errors
+    );
+    let after: u64 = kinds.iter().map(|&kind| recorder.failures(kind)).sum();
+    eprintln!("rl_store_failures_total {kinds:?}: {before} before, {after} after");
+    assert!(
+        after > before,
+        "rl_store_failures_total{{kind={kinds:?}}} did not count"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_the_store_lacks_fails_the_store_until_fixed() {
+    // Reproduced: NOAUTH was a script error, which the breaker did not count: it stayed
+    // closed, readiness said healthy, and the default failure mode let everything through.
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start_with(free_port(), &["--requirepass", "secret"]);
+    let admin = format!("redis://:secret@127.0.0.1:{}", server.port());
+    refused_until_fixed(
+        server.url(),
+        &[rl_core::StoreErrorKind::Unauthorized],
+        || {
+            let _: () = query_as(
+                &admin,
+                redis::cmd("CONFIG").arg("SET").arg("requirepass").arg(""),
+            );
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_fails_the_store_until_fixed() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start_with(free_port(), &["--requirepass", "secret"]);
+    let admin = format!("redis://:secret@127.0.0.1:{}", server.port());
+    let wrong = format!("redis://:wrong@127.0.0.1:{}", server.port());
+    refused_until_fixed(wrong, &[rl_core::StoreErrorKind::Unauthorized], || {
+        // The server now takes the password the store has.
+        let _: () = query_as(
+            &admin,
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("requirepass")
+                .arg("wrong"),
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_script_permission_fails_the_store_until_granted() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start();
+    let _: () = server
+        .query(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("limited")
+                .arg("on")
+                .arg(">pw")
+                .arg("~*")
+                .arg("+@all")
+                .arg("-evalsha")
+                .arg("-eval"),
+        )
+        .unwrap();
+    let limited = format!("redis://limited:pw@127.0.0.1:{}", server.port());
+    refused_until_fixed(limited, &[rl_core::StoreErrorKind::Unauthorized], || {
+        let _: () = server
+            .query(
+                redis::cmd("ACL")
+                    .arg("SETUSER")
+                    .arg("limited")
+                    .arg("+evalsha")
+                    .arg("+eval"),
+            )
+            .unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_no_room_for_a_client_fails_the_store_until_fixed() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start_with(free_port(), &["--maxclients", "1"]);
+    // The one client the server takes.
+    let mut held = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    let _: String = redis::cmd("PING").query(&mut held).unwrap();
+    // Refused at once, or waited for until the deadline while the client retries: either.
+    let kinds = [
+        rl_core::StoreErrorKind::Connection,
+        rl_core::StoreErrorKind::Timeout,
+    ];
+    refused_until_fixed(server.url(), &kinds, move || {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxclients")
+            .arg(100)
+            .query(&mut held)
+            .unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_demoted_behind_its_address_is_left_for_the_new_master() {
+    // Reproduced: after a failover behind a DNS name or VIP, the store kept talking to the
+    // demoted server (READONLY forever): its connection was fine, so it never reconnected.
+    let _serial = SERIAL.lock().await;
+    let old = RedisServer::start();
+    let new = RedisServer::start();
+    let proxy = Proxy::start(addr(&old)).await;
+    let mut h = healthy_harness(proxy.url(), fallback()).await;
+    h.fault();
+    // The address moves to the new server, and the old one follows it as a replica.
+    proxy.retarget(addr(&new));
+    let _: () = old
+        .query(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(new.port()))
+        .unwrap();
+    tokio::time::sleep(HOLD).await;
+    h.recovered();
+    let report = recovered(h, 4).await;
+    assert_fallback(&report);
+    assert!(
+        report
+            .errors
+            .contains_key(&rl_core::StoreErrorKind::ReadOnly),
+        "{:?}",
+        report.errors
+    );
+    // Decided by the new server now.
+    assert!(new.script_calls() > 0, "the new master was never asked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_never_cross_between_requests_after_sigstop_and_sigcont() {
+    // Every key has spent a different number of units: a reply meant for one key, given to
+    // another, shows in its remaining count.
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start();
+    let store = config(server.url()).prefix("cross").build().unwrap();
+    let quota = Quota::per_hour(100).unwrap();
+    let keys: Vec<Key> = (0..32_u64).map(Key::from).collect();
+    for (spent, key) in keys.iter().enumerate() {
+        for _ in 0..spent {
+            assert!(store.check(key, &quota, 1).await.unwrap().is_allowed());
+        }
+    }
+    let ask =
+        |store: RedisStore, key: Key| async move { (store.check(&key, &quota, 0).await, key) };
+    server.freeze();
+    // These wait on a frozen server: they time out, and their replies come late.
+    let waiting: Vec<_> = keys
+        .iter()
+        .map(|key| tokio::spawn(ask(store.clone(), key.clone())))
+        .collect();
+    for task in waiting {
+        let (result, _) = task.await.unwrap();
+        assert!(result.unwrap_err().is_timeout());
+    }
+    server.thaw();
+    // The late replies arrive now, while these are asked: each gets its own.
+    for round in 0..20 {
+        let asked: Vec<_> = keys
+            .iter()
+            .map(|key| tokio::spawn(ask(store.clone(), key.clone())))
+            .collect();
+        for task in asked {
+            let (result, key) = task.await.unwrap();
+            let Ok(decision) = result else { continue };
+            let KeyRepr::Int(spent) = key.repr() else {
+                unreachable!()
+            };
+            assert_eq!(
+                decision.info().remaining(),
+                100 - spent,
+                "round {round}: the reply for key {spent} was another's"
+            );
+        }
+    }
+}
+
+/// A cluster of which two of three masters freeze (a majority: no failover can happen)
+/// answers `CLUSTERDOWN` or not at all: the breaker opens, the failure mode answers within the
+/// deadline throughout, and Redis decides again once they thaw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_loses_its_majority_then_gets_it_back() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let store = cluster_store(&cluster, harness::DEADLINE);
+    let masters: Vec<usize> = [0_u16, 8_192, 16_383]
+        .iter()
+        .filter_map(|&slot| cluster.master_of(slot, 0).map(|m| m.0))
+        .collect();
+    let mut h = Harness::new(store, fallback(), quota(), keys());
+    h.healthy().await;
+    h.start_load();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.fault();
+    cluster.freeze(masters[1]);
+    cluster.freeze(masters[2]);
+    // Past the node timeout (2 s), the survivors declare the cluster down.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    cluster.thaw(masters[1]);
+    cluster.thaw(masters[2]);
+    let started = Instant::now();
+    while !cluster
+        .on_every_node("CLUSTER INFO\r\n")
+        .iter()
+        .all(|info| info.contains("cluster_state:ok"))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the cluster stayed down"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(6);
+    // Keys on the master still up are decided while the breaker is closed, so the breaker
+    // opens and closes: no bound on the failed calls, only that it opened.
+    report.assert_breaker_opened_at_least_once();
+    assert_fallback(&report);
+}
+
+/// A master killed and started again at once (before any failover), under load: the failure
+/// mode answers while it is away, Redis decides again once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_restarted_under_load() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let store = cluster_store(&cluster, harness::DEADLINE);
+    let (victim, _) = cluster.master_of(0, 0).unwrap();
+    let mut keys = keys_on(&cluster, &store, victim);
+    keys.insert(0, keys[0]);
+    let mut h = Harness::new(store, FailureMode::open(), quota(), keys);
+    h.healthy().await;
+    h.start_load();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.fault();
+    cluster.restart(victim);
+    tokio::time::sleep(HOLD).await;
+    h.recovered();
+    let report = h.finish(SETTLE).await;
+    report.assert_common(6);
+    assert_open(&report);
 }

@@ -508,28 +508,7 @@ pub mod redis_server {
             ));
             let mut nodes = Vec::new();
             for &port in &ports {
-                let node_dir = dir.join(port.to_string());
-                std::fs::create_dir_all(&node_dir).expect("create a node's directory");
-                let child = Command::new("redis-server")
-                    .args([
-                        "--port",
-                        &port.to_string(),
-                        "--bind",
-                        "127.0.0.1",
-                        "--save",
-                        "",
-                    ])
-                    .args(["--appendonly", "no", "--cluster-enabled", "yes"])
-                    .args(["--cluster-node-timeout", "2000"])
-                    // Replicas sync at once, and may take over whatever their data's age.
-                    .args(["--repl-diskless-sync-delay", "0"])
-                    .args(["--cluster-replica-validity-factor", "0", "--dir"])
-                    .arg(&node_dir)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("start redis-server (apt-get install redis-server)");
-                nodes.push(child);
+                nodes.push(spawn_node(port, &dir));
             }
             let cluster = Self { nodes, ports, dir };
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -668,6 +647,40 @@ pub mod redis_server {
             let _ = self.nodes[node].wait();
         }
 
+        /// Kills node `node` and starts it again on its port, with its cluster configuration
+        /// (and no data); waits until it answers `PING`.
+        ///
+        /// # Panics
+        ///
+        /// When it does not answer within 10 s.
+        pub fn restart(&mut self, node: usize) {
+            self.kill(node);
+            self.nodes[node] = spawn_node(self.ports[node], &self.dir);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !ping(self.ports[node]) {
+                assert!(Instant::now() < deadline, "node {node} did not come back");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+
+        /// Freezes node `node` (SIGSTOP): it holds its sockets and answers nothing.
+        ///
+        /// # Panics
+        ///
+        /// When `kill` cannot be run.
+        pub fn freeze(&self, node: usize) {
+            signal(&self.nodes[node], "-STOP");
+        }
+
+        /// Thaws node `node` after [`freeze`](Self::freeze) (SIGCONT).
+        ///
+        /// # Panics
+        ///
+        /// When `kill` cannot be run.
+        pub fn thaw(&self, node: usize) {
+            signal(&self.nodes[node], "-CONT");
+        }
+
         /// Moves `slot`, with its keys, from master `from` to master `to`, the way
         /// `redis-cli --cluster reshard` does: IMPORTING / MIGRATING, `MIGRATE` in batches,
         /// then `SETSLOT NODE` on every master. Clients meanwhile get `ASK` and `MOVED`.
@@ -731,14 +744,54 @@ pub mod redis_server {
         }
     }
 
+    fn signal(child: &Child, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
     impl Drop for RedisCluster {
         fn drop(&mut self) {
+            for node in &self.nodes {
+                let _ = Command::new("kill")
+                    .args(["-CONT", &node.id().to_string()])
+                    .stderr(Stdio::null())
+                    .status();
+            }
             for node in &mut self.nodes {
                 let _ = node.kill();
                 let _ = node.wait();
             }
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+
+    /// Starts cluster node `port`, in a directory of its own under `dir` (where its
+    /// `nodes.conf` stays, so that a restarted node rejoins as itself).
+    fn spawn_node(port: u16, dir: &std::path::Path) -> Child {
+        let node_dir = dir.join(port.to_string());
+        std::fs::create_dir_all(&node_dir).expect("create a node's directory");
+        Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--cluster-enabled", "yes"])
+            .args(["--cluster-node-timeout", "2000"])
+            // Replicas sync at once, and may take over whatever their data's age.
+            .args(["--repl-diskless-sync-delay", "0"])
+            .args(["--cluster-replica-validity-factor", "0", "--dir"])
+            .arg(&node_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server (apt-get install redis-server)")
     }
 
     /// The script calls (`EVALSHA` + `EVAL`) in an `INFO commandstats` reply.
@@ -757,8 +810,10 @@ pub mod redis_server {
             .sum()
     }
 
+    /// Whether a server answers on `port` (`PONG`, or an error such as `NOAUTH`: it is up).
     fn ping(port: u16) -> bool {
-        command(port, "PING\r\n").starts_with("+PONG")
+        let reply = command(port, "PING\r\n");
+        reply.starts_with("+PONG") || reply.starts_with('-')
     }
 
     /// Sends one inline command and returns what arrives within 500 ms.

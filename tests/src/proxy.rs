@@ -28,6 +28,8 @@ pub enum Fault {
 pub struct Proxy {
     addr: SocketAddr,
     fault: watch::Sender<Fault>,
+    /// Where new connections go.
+    target: watch::Sender<SocketAddr>,
     /// Bumped to close every open connection.
     cuts: watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
@@ -47,11 +49,12 @@ impl Proxy {
         let addr = listener.local_addr().expect("the proxy's address");
         let (fault, fault_rx) = watch::channel(Fault::None);
         let (cuts, cuts_rx) = watch::channel(0);
+        let (target, target_rx) = watch::channel(target);
         let connections = Arc::new(Mutex::new(0));
         let task = tokio::spawn(accept(
             listener,
             addr,
-            target,
+            target_rx,
             fault_rx,
             cuts_rx,
             Arc::clone(&connections),
@@ -59,10 +62,17 @@ impl Proxy {
         Self {
             addr,
             fault,
+            target,
             cuts,
             task,
             connections,
         }
+    }
+
+    /// Sends new connections to `target` from now on; open ones stay where they are, as when
+    /// a DNS name or a virtual IP moves to another server.
+    pub fn retarget(&self, target: SocketAddr) {
+        self.target.send_replace(target);
     }
 
     /// `redis://127.0.0.1:PORT` of the proxy.
@@ -100,7 +110,7 @@ impl Drop for Proxy {
 async fn accept(
     listener: TcpListener,
     addr: SocketAddr,
-    target: SocketAddr,
+    target: watch::Receiver<SocketAddr>,
     mut fault: watch::Receiver<Fault>,
     cuts: watch::Receiver<u64>,
     connections: Arc<Mutex<u64>>,
@@ -131,6 +141,7 @@ async fn accept(
             accepted = bound.accept() => {
                 let Ok((client, _)) = accepted else { continue };
                 *connections.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+                let target = *target.borrow();
                 open.spawn(connection(client, target, fault.clone(), cuts.clone()));
             }
             changed = fault.changed() => if changed.is_err() { return },

@@ -64,6 +64,32 @@ impl StoreErrorKind {
         !matches!(self, Self::CorruptState | Self::InvalidInput)
     }
 
+    /// A short name for logs and metric labels: `connection`, `timeout`, `pool_exhausted`,
+    /// `busy`, `out_of_memory`, `read_only`, `cluster_down`, `unauthorized`, `script`,
+    /// `corrupt_state`, `invalid_input`, `circuit_open` or `other`.
+    ///
+    /// ```
+    /// assert_eq!(rl_core::StoreErrorKind::OutOfMemory.as_str(), "out_of_memory");
+    /// ```
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Connection => "connection",
+            Self::Timeout => "timeout",
+            Self::PoolExhausted => "pool_exhausted",
+            Self::Busy => "busy",
+            Self::OutOfMemory => "out_of_memory",
+            Self::ReadOnly => "read_only",
+            Self::ClusterDown => "cluster_down",
+            Self::Unauthorized => "unauthorized",
+            Self::Script => "script",
+            Self::CorruptState => "corrupt_state",
+            Self::InvalidInput => "invalid_input",
+            Self::CircuitOpen => "circuit_open",
+            Self::Other => "other",
+        }
+    }
+
     const fn describe(self) -> &'static str {
         match self {
             Self::Connection => "store connection failed",

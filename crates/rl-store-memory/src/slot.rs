@@ -127,10 +127,10 @@ impl Slot for Locked<SlidingLogState> {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, rl_loom))]
 mod loom_tests {
     //! The compare-and-swap under every interleaving loom can find:
-    //! `RUSTFLAGS="--cfg loom" cargo test -p rl-store-memory --release --lib loom`.
+    //! `RUSTFLAGS="--cfg rl_loom" cargo test -p rl-store-memory --release --lib loom`.
 
     use loom::sync::Arc;
     use loom::sync::atomic::{AtomicU64, Ordering};

@@ -64,33 +64,39 @@ fn two_threads_of_32_tasks_on_one_key_admit_exactly_the_burst() {
 }
 
 #[test]
-fn racing_first_requests_of_a_new_key_leave_one_entry() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
+fn racing_first_requests_of_a_new_key_admit_exactly_the_burst_and_leave_one_entry() {
+    // More requests race than the burst admits (it used to race 32 against 100, which a
+    // broken count would pass): 8 threads released at once, 4 checks each, against 10.
     let (store, _clock) = frozen_store(16 * MIB);
-    let quota = Quota::per_minute(100).unwrap();
-    runtime.block_on(async {
-        for round in 0..200u64 {
-            let barrier = Arc::new(tokio::sync::Barrier::new(32));
-            let tasks: Vec<_> = (0..32)
-                .map(|_| {
-                    let (store, barrier) = (store.clone(), Arc::clone(&barrier));
-                    tokio::spawn(async move {
-                        barrier.wait().await;
-                        store.check(&Key::from(round), &quota, 1).await.unwrap()
-                    })
-                })
-                .collect();
-            let mut admitted = 0;
-            for task in tasks {
-                admitted += u32::from(task.await.unwrap().is_allowed());
-            }
-            assert_eq!(admitted, 32);
-            assert_eq!(store.len(), usize::try_from(round).unwrap() + 1);
+    for algorithm in ALGORITHMS {
+        let quota = Quota::per_minute(10)
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
+        for round in 0..50u64 {
+            let key = Key::from(format!("{algorithm}-{round}"));
+            let barrier = std::sync::Barrier::new(8);
+            let admitted = AtomicU64::new(0);
+            std::thread::scope(|scope| {
+                for _ in 0..8 {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        for _ in 0..4 {
+                            if store.check_sync(&key, &quota, 1).is_allowed() {
+                                admitted.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    });
+                }
+            });
+            assert_eq!(
+                admitted.load(Ordering::Relaxed),
+                10,
+                "{algorithm} round {round}"
+            );
         }
-    });
+    }
+    assert_eq!(store.len(), 5 * 50, "one entry per key");
 }
 
 #[test]

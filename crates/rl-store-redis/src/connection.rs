@@ -76,6 +76,13 @@ fn is_read_only(error: &RedisError) -> bool {
     error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
+/// Whether the server refused the connection itself: credentials, or its client limit.
+fn failed_to_connect(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::AuthenticationFailed
+        || error.code() == Some("WRONGPASS")
+        || error.to_string().contains("max number of clients")
+}
+
 async fn checkout(pool: &deadpool_redis::Pool) -> Result<deadpool_redis::Connection, StoreError> {
     pool.get().await.map_err(|error| match error {
         deadpool_redis::PoolError::Backend(error) => classify(error),
@@ -125,6 +132,13 @@ impl Single {
                 // The server was demoted (a failover behind a DNS name or VIP): the manager
                 // would keep talking to it, since the connection itself is fine. A new one
                 // connects to whoever the address names now.
+                self.replace(generation);
+                Err(error)
+            }
+            Err(error) if failed_to_connect(&error) => {
+                // The manager reconnects after I/O errors only: a connection refused by the
+                // server (a wrong password, no room for another client) would stay refused
+                // after the server is fixed. A new manager connects anew on the next call.
                 self.replace(generation);
                 Err(error)
             }

@@ -23,6 +23,12 @@ fn kind(error: &redis::RedisError) -> StoreErrorKind {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => return StoreErrorKind::Script,
         _ => {}
     }
+    let message = error.to_string();
+    // An unauthenticated client sending a command of more than a few arguments is cut off by
+    // Redis with a protocol error, before any NOAUTH.
+    if message.contains("unauthenticated") {
+        return StoreErrorKind::Unauthorized;
+    }
     match error.code() {
         Some("BUSY" | "LOADING" | "MASTERDOWN") => StoreErrorKind::Busy,
         Some("OOM") => StoreErrorKind::OutOfMemory,
@@ -32,13 +38,9 @@ fn kind(error: &redis::RedisError) -> StoreErrorKind {
         }
         Some("NOAUTH" | "WRONGPASS" | "NOPERM") => StoreErrorKind::Unauthorized,
         Some("WRONGTYPE") => StoreErrorKind::CorruptState,
-        Some("ERR") if error.to_string().contains("max number of clients") => {
-            StoreErrorKind::Connection
-        }
-        Some("ERR") if error.to_string().contains("rl: corrupt state") => {
-            StoreErrorKind::CorruptState
-        }
-        Some("ERR") if error.to_string().contains("user_script") => StoreErrorKind::Script,
+        _ if message.contains("max number of clients") => StoreErrorKind::Connection,
+        _ if message.contains("rl: corrupt state") => StoreErrorKind::CorruptState,
+        Some("ERR") if message.contains("user_script") => StoreErrorKind::Script,
         _ => StoreErrorKind::Other,
     }
 }
@@ -93,6 +95,11 @@ mod tests {
                 StoreErrorKind::Other,
             ),
             ("ERR", "unknown command", StoreErrorKind::Other),
+            (
+                "ERR",
+                "Protocol error: unauthenticated multibulk length",
+                StoreErrorKind::Unauthorized,
+            ),
         ] {
             let kind = server(code, detail);
             assert_eq!(kind, expected, "{code} {detail}");

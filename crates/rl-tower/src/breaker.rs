@@ -41,10 +41,10 @@
 use std::fmt;
 use std::sync::{Arc, PoisonError};
 
-// The state machine's lock is loom's in the model-checking tests (`--cfg loom`).
-#[cfg(loom)]
+// The state machine's lock is loom's in the model-checking tests (`--cfg rl_loom`).
+#[cfg(rl_loom)]
 use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
+#[cfg(not(rl_loom))]
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -429,6 +429,13 @@ impl<S, C: Clock> Permit<'_, S, C> {
     fn finish(&mut self, error: Option<&StoreError>) {
         self.done = true;
         let failed = error.is_some_and(StoreError::is_backend_failure);
+        #[cfg(feature = "metrics")]
+        if let Some(error) = error.filter(|e| e.is_backend_failure()) {
+            // Why the store fails, by kind: what an operator reads first.
+            let breaker = self.breaker.settings.name.to_string();
+            metrics::counter!("rl_store_failures_total", "breaker" => breaker, "kind" => error.kind().as_str())
+                .increment(1);
+        }
         let now = self.breaker.clock.now();
         let transition = self
             .breaker

@@ -103,9 +103,14 @@ local function guarded(cost, write)
     end
     return result
   end
-  local err = tostring(result)
+  local err = result
+  if type(result) == 'table' then
+    err = result.err
+  end
+  err = tostring(err)
   if not (string.find(err, 'rl: corrupt state', 1, true) or string.find(err, 'WRONGTYPE', 1, true)) then
-    error(result)
+    -- Any other error (OOM, READONLY, ...) goes back as Redis raised it, its code first.
+    error(redis.error_reply(err))
   end
   if not write then
     local r = {0, tonumber(ARGV[5]), 0, 0, 0, 2, 0}

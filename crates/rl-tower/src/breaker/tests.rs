@@ -304,10 +304,10 @@ fn a_probe_that_never_answers_does_not_hold_the_breaker_half_open() {
     assert_eq!(breaker.state(), BreakerState::Closed);
 }
 
-#[cfg(loom)]
+#[cfg(rl_loom)]
 mod loom_tests {
     //! The breaker's state machine under every interleaving loom finds:
-    //! `RUSTFLAGS="--cfg loom" cargo test -p rl-tower --no-default-features --release --lib loom`.
+    //! `RUSTFLAGS="--cfg rl_loom" cargo test -p rl-tower --no-default-features --release --lib loom`.
 
     use std::future::pending;
     use std::time::Duration;
