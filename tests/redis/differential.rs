@@ -134,3 +134,83 @@ async fn sliding_window_script_matches_rl_core() {
 async fn sliding_log_script_matches_rl_core() {
     differential(Algorithm::SlidingLog).await;
 }
+
+/// 100,000 random operations over 2 to 4 random quotas (of any algorithms) on one key, at
+/// explicit times: Redis decides each quota exactly as `rl-core` does with a state of its own
+/// per quota, as if the others did not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interleaved_quotas_on_one_key_each_match_rl_core_alone() {
+    let server = RedisServer::start();
+    let store = crate::store(&server, "interleaved").await;
+    let tasks: Vec<_> = (0..KEYS as u64)
+        .map(|seed| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut rng = TestRunner::new(Config {
+                    rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
+                    ..Config::default()
+                })
+                .new_rng();
+                let algorithms = [
+                    Algorithm::Gcra,
+                    Algorithm::TokenBucket,
+                    Algorithm::FixedWindow,
+                    Algorithm::SlidingWindow,
+                    Algorithm::SlidingLog,
+                ];
+                let quotas: Vec<Quota> = (0..rng.random_range(2..=4usize))
+                    .map(|_| {
+                        let algorithm = algorithms[rng.random_range(0..5usize)];
+                        quota(&mut rng, algorithm)
+                    })
+                    .collect();
+                let mut states: Vec<AnyState> = quotas.iter().map(AnyState::new).collect();
+                let key = Key::from(format!("interleaved-{seed}"));
+                let mut now: u64 = 1_700_000_000_000_000;
+                for op in 0..OPERATIONS / KEYS {
+                    now += rng.random_range(0..=50_000u64);
+                    let i = rng.random_range(0..quotas.len());
+                    let cost = rng.random_range(0..=3);
+                    let expected = states[i].check(now, cost, &quotas[i]);
+                    let actual = store.check_at(&key, &quotas[i], cost, now).await.unwrap();
+                    assert_eq!(actual, expected, "{} op {op} (seed {seed})", quotas[i]);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// One `rl-core` state of any algorithm.
+enum AnyState {
+    Gcra(GcraState),
+    TokenBucket(TokenBucketState),
+    FixedWindow(FixedWindowState),
+    SlidingWindow(SlidingWindowState),
+    SlidingLog(SlidingLogState),
+}
+
+impl AnyState {
+    fn new(quota: &Quota) -> Self {
+        match quota.algorithm() {
+            Algorithm::Gcra => Self::Gcra(GcraState::default()),
+            Algorithm::TokenBucket => Self::TokenBucket(TokenBucketState::default()),
+            Algorithm::FixedWindow => Self::FixedWindow(FixedWindowState::default()),
+            Algorithm::SlidingWindow => Self::SlidingWindow(SlidingWindowState::default()),
+            _ => Self::SlidingLog(SlidingLogState::default()),
+        }
+    }
+
+    fn check(&mut self, now: u64, cost: u32, quota: &Quota) -> Decision {
+        let now = Timestamp::from_micros(now);
+        match self {
+            Self::Gcra(s) => s.check(now, cost, quota),
+            Self::TokenBucket(s) => s.check(now, cost, quota),
+            Self::FixedWindow(s) => s.check(now, cost, quota),
+            Self::SlidingWindow(s) => s.check(now, cost, quota),
+            Self::SlidingLog(s) => s.check(now, cost, quota),
+        }
+    }
+}
