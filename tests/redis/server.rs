@@ -153,7 +153,17 @@ async fn a_corrupt_state_is_a_denial_and_is_replaced_never_unlimited() {
             .unwrap()
             .with_algorithm(algorithm)
             .unwrap();
-        for garbage in ["garbage", "inf", "nan", "-5", "1e300", "9007199254740993"] {
+        // The last is no garbage but a time in 2255 (a state no Redis clock could have
+        // written): spent now, never until then.
+        for garbage in [
+            "garbage",
+            "inf",
+            "nan",
+            "-5",
+            "1e300",
+            "9007199254740993",
+            "9000000000000000",
+        ] {
             let key = Key::from(format!("victim-{garbage}"));
             let name = store.state_key(&key, &quota);
             let _: () = conn.del(&name).await.unwrap();
@@ -173,7 +183,7 @@ async fn a_corrupt_state_is_a_denial_and_is_replaced_never_unlimited() {
                     .unwrap_or(());
                 if algorithm == Algorithm::SlidingLog {
                     let _: () = conn.del(&name).await.unwrap();
-                    let _: () = conn.rpush(&name, garbage).await.unwrap();
+                    let _: () = conn.rpush(&name, &[garbage; 5][..]).await.unwrap();
                 }
             }
             let first = store.check(&key, &quota, 1).await.unwrap();
@@ -204,6 +214,56 @@ async fn a_corrupt_state_is_a_denial_and_is_replaced_never_unlimited() {
         .await
         .unwrap();
     assert_eq!(kind, "string");
+}
+
+#[tokio::test]
+async fn a_clock_stepped_back_denies_a_key_for_at_most_its_horizon() {
+    // Reproduced: after a failover to a Redis whose clock was 10 minutes behind, a spent GCRA
+    // key was denied for the 10 minutes, each denial saying "retry in 100 ms".
+    let server = RedisServer::start();
+    let store = crate::store(&server, "stepped").await;
+    let second = 1_000_000;
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let quota = Quota::per_second(10)
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
+        let key = Key::from("stepped");
+        let before = 1_700_000_000 * second;
+        while store
+            .check_at(&key, &quota, 1, before)
+            .await
+            .unwrap()
+            .is_allowed()
+        {}
+        let start = before - 600 * second;
+        let mut now = start;
+        // The horizon: a burst's refill, or a period (two for the sliding window).
+        let most = if algorithm == Algorithm::SlidingWindow {
+            2 * second
+        } else {
+            second
+        };
+        loop {
+            assert!(
+                now - start <= most,
+                "{algorithm}: still denied {} ms after the step",
+                (now - start) / 1_000
+            );
+            let decision = store.check_at(&key, &quota, 1, now).await.unwrap();
+            if decision.is_allowed() {
+                break;
+            }
+            let retry = u64::try_from(decision.info().retry_after().as_micros()).unwrap();
+            now += retry.max(1);
+        }
+    }
 }
 
 #[tokio::test]

@@ -50,21 +50,38 @@ impl TatCell for AtomicU64 {
     }
 }
 
+/// How much older than another thread's a clock reading may be when it reaches the
+/// compare-and-swap (the time between reading the clock and deciding): a TAT no further than
+/// this past a reading's horizon is left where it is.
+pub(crate) const STALE_READING_MICROS: u64 = 1_000_000;
+
 /// One GCRA check on a shared cell: decide on the TAT read, and write the new TAT only if no
 /// one else wrote in between (else decide again on theirs). Exact under any interleaving:
-/// every admission moves the TAT on from the value it was decided on. The TAT never moves
-/// back: a thread whose clock reading is older than another's write (it read the clock, then
-/// waited) decides more strictly, never more loosely.
+/// every admission moves the TAT on from the value it was decided on.
+///
+/// A thread whose clock reading is older than another's write (it read the clock, then
+/// waited) decides more strictly, never more loosely, and never moves the TAT back. Only a
+/// TAT more than [`STALE_READING_MICROS`] past the horizon (`now + τ`), which no race can
+/// leave, is a clock that stepped back: it is pulled back to that distance from the horizon,
+/// so such a clock denies a key for at most its horizon and a second.
 #[inline]
 pub(crate) fn gcra_check(tat: &impl TatCell, now: Timestamp, cost: u32, quota: &Quota) -> Decision {
     let mut current = tat.load();
     loop {
         let mut state = GcraState { tat: current };
         let decision = state.check(now, cost, quota);
-        if state.tat <= current {
+        let new = if state.tat < current {
+            // rl-core pulled a TAT past the horizon back to it: here, only as far as a stale
+            // reading could not have pushed it.
+            let horizon = now.as_micros().saturating_add(quota.tolerance_micros());
+            horizon.saturating_add(STALE_READING_MICROS).min(current)
+        } else {
+            state.tat
+        };
+        if new == current {
             return decision;
         }
-        match tat.compare_exchange_weak(current, state.tat) {
+        match tat.compare_exchange_weak(current, new) {
             Ok(_) => return decision,
             Err(actual) => current = actual,
         }

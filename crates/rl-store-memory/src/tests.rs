@@ -346,3 +346,35 @@ fn evictions_take_the_keys_closest_to_fresh_not_the_throttled_ones() {
         .count();
     assert_eq!(readmitted, 0, "throttled keys evicted by a flood");
 }
+
+#[test]
+fn a_clock_stepped_back_an_hour_denies_a_key_for_at_most_its_horizon_and_a_second() {
+    // Reproduced: after a step back, a spent GCRA key stayed denied for the whole step (an
+    // hour), each denial saying "retry in 100 ms".
+    for algorithm in ALGORITHMS {
+        let (store, clock) = frozen_store(MIB);
+        let quota = Quota::per_second(10)
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
+        let key = Key::from("stepped");
+        clock.advance(Duration::from_secs(7_200));
+        while store.check_sync(&key, &quota, 1).is_allowed() {}
+        clock.set(Timestamp::from_micros(
+            clock.now().as_micros() - 3_600_000_000,
+        ));
+        let start = clock.now();
+        // The horizon (two periods for the sliding window), and the memory store's second.
+        let most = Duration::from_secs(3);
+        loop {
+            let waited = Duration::from_nanos(clock.now().as_nanos() - start.as_nanos());
+            assert!(waited <= most, "{algorithm}: still denied after {waited:?}");
+            match store.check_sync(&key, &quota, 1) {
+                rl_core::Decision::Denied(info) => {
+                    clock.advance(info.retry_after().max(Duration::from_millis(10)));
+                }
+                _ => break,
+            }
+        }
+    }
+}

@@ -9,8 +9,9 @@ use crate::{Decision, Info, Quota, Timestamp};
 /// there. Admits `burst` at once, then one per `T`.
 ///
 /// A stored TAT beyond `now + τ` can only come from a clock that stepped back (a failover to a
-/// host whose clock is behind, an NTP step): it is read as `now + τ` (the key fully spent
-/// now), so a step back never denies for longer than `τ`, the quota's own horizon.
+/// host whose clock is behind, an NTP step) or a store that lies: it is pulled back to
+/// `now + τ` (the key fully spent now), so a step back never denies for longer than `τ`, the
+/// quota's own horizon.
 ///
 /// ```
 /// use rl_core::algorithm::{AlgorithmState, GcraState};
@@ -40,9 +41,12 @@ impl AlgorithmState for GcraState {
         let limit = u64::from(quota.burst());
         let n = now.as_micros();
         let horizon = n.saturating_add(quota.tolerance_micros()); // now + τ
-        // A TAT past the horizon is a clock that stepped back: fully spent now, no more.
-        let clamped = self.tat > horizon;
-        let tat = self.tat.min(horizon).max(n);
+        // A TAT past the horizon is a clock that stepped back: fully spent now, no more, and
+        // kept so (were it not written, every later check would find it spent again).
+        if self.tat > horizon {
+            self.tat = horizon;
+        }
+        let tat = self.tat.max(n);
         // remaining = (horizon - tat) / interval, divided only if read
         let info = |tat: u64, retry_at: u64| {
             Info::from_parts(
@@ -58,7 +62,7 @@ impl AlgorithmState for GcraState {
         }
         let new_tat = tat.saturating_add(interval.saturating_mul(u64::from(cost)));
         if new_tat <= horizon {
-            if cost > 0 || clamped {
+            if cost > 0 {
                 self.tat = new_tat;
             }
             Decision::Allowed(info(new_tat, 0))

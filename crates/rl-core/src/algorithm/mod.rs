@@ -4,8 +4,8 @@
 //! takes the current time, a cost and the [`Quota`] and returns the [`Decision`]. It changes
 //! the state only when it admits a cost above 0, or when the clock has stepped back behind
 //! the state (which it then pulls back to now, see each algorithm); the sliding log also drops
-//! its expired entries. A store need write nothing back otherwise (the Lua scripts do not). Stores read their clock, call this, and persist the state; the Lua scripts
-//! of `rl-store-redis` mirror these functions line for line.
+//! its expired entries. Stores read their clock, call this, and write the state back only when
+//! it changed; the Lua scripts of `rl-store-redis` mirror these functions line for line.
 //!
 //! All arithmetic is on integers and saturating: no input (a clock at `u64::MAX`, a cost of 0
 //! or above the burst, a state read back garbled) panics. Stored numbers stay below 2^53 for

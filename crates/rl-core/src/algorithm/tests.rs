@@ -467,13 +467,9 @@ fn fresh_at_means_fresh() {
 
 /// After a trace whose latest reading is `max`, a check at `max - back` is admitted only if the
 /// same check at `max` would be.
-fn earlier_is_stricter<S: AlgorithmState>(
-    quota: &Quota,
-    steps: &[Step],
-    start: u64,
-    back: u64,
-    cost: u32,
-) -> bool {
+/// Runs a trace with clock steps both ways from `start`: the state after it and the latest
+/// reading.
+fn replay<S: AlgorithmState>(quota: &Quota, steps: &[Step], start: u64) -> (S, u64) {
     let mut state = S::default();
     let (mut now, mut max) = (start, start);
     for step in steps {
@@ -485,6 +481,17 @@ fn earlier_is_stricter<S: AlgorithmState>(
         max = max.max(now);
         let _ = state.check(Timestamp::from_nanos(now), step.cost, quota);
     }
+    (state, max)
+}
+
+fn earlier_is_stricter<S: AlgorithmState>(
+    quota: &Quota,
+    steps: &[Step],
+    start: u64,
+    back: u64,
+    cost: u32,
+) -> bool {
+    let (mut state, max) = replay::<S>(quota, steps, start);
     let earlier = state
         .clone()
         .check(Timestamp::from_nanos(max.saturating_sub(back)), cost, quota);
@@ -528,17 +535,7 @@ fn never_locked_out_past_the_horizon<S: AlgorithmState>(
     back: u64,
     cost: u32,
 ) -> Result<(), TestCaseError> {
-    let mut state = S::default();
-    let (mut now, mut max) = (start, start);
-    for step in steps {
-        now = if step.back {
-            now.saturating_sub(step.dt_ns)
-        } else {
-            now + step.dt_ns
-        };
-        max = max.max(now);
-        let _ = state.check(Timestamp::from_nanos(now), step.cost, quota);
-    }
+    let (mut state, max) = replay::<S>(quota, steps, start);
     // A stamp is rounded up to the microsecond: allow that one.
     let horizon = Duration::from_micros(horizon_us(quota) + 1);
     let at = Timestamp::from_nanos(max.saturating_sub(back));
@@ -548,12 +545,20 @@ fn never_locked_out_past_the_horizon<S: AlgorithmState>(
         "reset after {:?}, horizon {horizon:?}",
         decision.info().reset_after()
     );
-    if let Decision::Denied(info) = decision {
+    // A client that retries when told is admitted within the horizon: every denial on the way
+    // says so, and none moves the end (reproduced: GCRA said "retry in 100 ms" for an hour,
+    // the step's length, because a denial never wrote the pulled-back state).
+    let mut decision = decision;
+    let mut now = at;
+    while let Decision::Denied(info) = decision {
+        now = now.saturating_add(info.retry_after().max(Duration::from_nanos(1)));
+        let waited = Duration::from_nanos(now.as_nanos() - at.as_nanos());
         prop_assert!(
-            info.retry_after() <= horizon,
-            "denied for {:?}, horizon {horizon:?}",
+            waited <= horizon,
+            "still denied after {waited:?} (told {:?}), horizon {horizon:?}",
             info.retry_after()
         );
+        decision = state.check(now, cost, quota);
     }
     Ok(())
 }
@@ -629,4 +634,66 @@ fn a_failover_to_a_clock_an_hour_behind_never_locks_a_key_out() {
             }
         }
     }
+}
+
+/// Follows a client that retries when told, from `at`: how long until it is admitted.
+fn admitted_after<S: AlgorithmState>(mut state: S, quota: &Quota, at: Timestamp) -> Duration {
+    let mut now = at;
+    for _ in 0..1_000 {
+        match state.check(now, 1, quota) {
+            Decision::Denied(info) => {
+                now = now.saturating_add(info.retry_after().max(Duration::from_nanos(1)));
+            }
+            _ => return Duration::from_nanos(now.as_nanos() - at.as_nanos()),
+        }
+    }
+    Duration::MAX
+}
+
+#[test]
+fn a_state_a_store_could_not_have_written_is_spent_now_never_longer() {
+    // What a lying or hand-edited store can hold: stamps far in the future, counts past the
+    // quota's. Each reads as a key spent now, refilled within the quota's horizon.
+    let now = Timestamp::from_micros(1_700_000_000_000_000);
+    let n = now.as_micros();
+    let far = 9_000_000_000_000_000; // year 2255, below 2^53
+    let quota = |algorithm| {
+        Quota::per_second(10)
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap()
+    };
+    let second = Duration::from_secs(1);
+    let gcra = quota(Algorithm::Gcra);
+    assert!(admitted_after(GcraState { tat: far }, &gcra, now) <= second);
+    let bucket = quota(Algorithm::TokenBucket);
+    for last in [n, far] {
+        let state = TokenBucketState {
+            used: 4_000_000_000_000,
+            last,
+        };
+        let waited = admitted_after(state, &bucket, now);
+        assert!(
+            waited <= second,
+            "used past capacity, last {last}: {waited:?}"
+        );
+    }
+    let fixed = quota(Algorithm::FixedWindow);
+    let state = FixedWindowState {
+        window: far / 1_000_000,
+        count: far,
+    };
+    assert!(admitted_after(state, &fixed, now) <= second);
+    let sliding = quota(Algorithm::SlidingWindow);
+    let state = SlidingWindowState {
+        window: far / 1_000_000,
+        current: far,
+        previous: far,
+    };
+    assert!(admitted_after(state, &sliding, now) <= 2 * second);
+    let log = quota(Algorithm::SlidingLog);
+    let state = SlidingLogState {
+        entries: std::iter::repeat_n(far, 10).collect(),
+    };
+    assert!(admitted_after(state, &log, now) <= second);
 }

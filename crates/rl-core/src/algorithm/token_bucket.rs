@@ -32,12 +32,15 @@ pub struct TokenBucketState {
 }
 
 impl TokenBucketState {
-    /// The state refilled up to `now`, and whether the clock stepped back behind it.
-    fn refilled(mut self, now: u64, interval: u64) -> (Self, bool) {
+    /// The state refilled up to `now`, and whether it was pulled back: behind a clock that
+    /// stepped back, or past the bucket's capacity (which only a lying store could hold).
+    fn refilled(mut self, now: u64, interval: u64, capacity: u64) -> (Self, bool) {
+        let pulled_back = now < self.last || self.used > capacity;
+        self.used = self.used.min(capacity);
         if now < self.last {
             // The clock stepped back: count refills from now on, not from a time to come.
             self.last = now;
-            return (self, true);
+            return (self, pulled_back);
         }
         let tokens = (now - self.last) / interval;
         if tokens >= self.used {
@@ -47,7 +50,7 @@ impl TokenBucketState {
             self.used -= tokens;
             self.last += tokens * interval;
         }
-        (self, false)
+        (self, pulled_back)
     }
 
     fn full_at(&self, interval: u64) -> u64 {
@@ -60,8 +63,8 @@ impl AlgorithmState for TokenBucketState {
         let interval = quota.emission_interval_micros();
         let capacity = u64::from(quota.burst());
         let cost = u64::from(cost);
-        let (mut next, stepped_back) = self.refilled(now.as_micros(), interval);
-        if stepped_back {
+        let (mut next, pulled_back) = self.refilled(now.as_micros(), interval, capacity);
+        if pulled_back {
             *self = next;
         }
         let remaining = capacity.saturating_sub(next.used);

@@ -32,10 +32,13 @@ decide = function(cost, write)
       redis.call('SET', key, tat, 'PX', ttl_ms(tat))
     end
   end
-  -- A TAT past the horizon is a clock that stepped back: fully spent now, no more.
-  local clamped = tat > horizon
-  if clamped then
+  -- A TAT past the horizon is a clock that stepped back: fully spent now, no more, and kept
+  -- so (were it not written, every later check would find it spent again).
+  if tat > horizon then
     tat = horizon
+    if write then
+      redis.call('SET', key, tat, 'PX', ttl_ms(tat))
+    end
   end
   if tat < now then
     tat = now
@@ -45,7 +48,7 @@ decide = function(cost, write)
   end
   local new_tat = tat + interval * cost
   if new_tat <= horizon then
-    if write and (cost > 0 or clamped) then
+    if write and cost > 0 then
       redis.call('SET', key, new_tat, 'PX', ttl_ms(new_tat))
     end
     return {1, limit, idiv(horizon - new_tat, interval), new_tat - now, 0}

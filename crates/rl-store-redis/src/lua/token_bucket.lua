@@ -36,8 +36,13 @@ decide = function(cost, write)
       expire_at(last + used * interval)
     end
   end
-  local stepped_back = now < last
-  if stepped_back then
+  -- Pulled back: behind a clock that stepped back, or past the capacity (which only a lying
+  -- store could hold).
+  local pulled_back = now < last or used > capacity
+  if used > capacity then
+    used = capacity
+  end
+  if now < last then
     -- The clock stepped back: count refills from now on, not from a time to come.
     last = now
   elseif now > last then
@@ -51,7 +56,7 @@ decide = function(cost, write)
     end
   end
   local remaining = at_least_zero(capacity - used)
-  if write and stepped_back then
+  if write and pulled_back then
     redis.call('HSET', key, 'u', used, 'l', last)
     expire_at(last + used * interval)
   end
