@@ -569,3 +569,55 @@ async fn the_hot_keys_example_stays_within_its_bound() {
     eprintln!("{} of 300 admitted", admitted.len());
     assert_rate_bound(&admitted, &quota, 7);
 }
+
+#[tokio::test]
+async fn a_split_marker_that_cannot_be_read_is_a_denial_for_its_key_alone() {
+    // Reproduced: a marker missing a field failed the script ("compare number with nil"), an
+    // error that counts against the breaker, so one key's garbage opened it for every key;
+    // a marker of another type was an error on every check of its key.
+    let server = RedisServer::start();
+    let store = config(server.url(), "marker")
+        .deny_cache(0)
+        .hot_keys(HotKeys::adaptive(1_000_000, NonZeroU32::new(4).unwrap()))
+        .build()
+        .unwrap();
+    let quota = Quota::new(2, Duration::from_millis(300)).unwrap();
+    let garbled: [(&str, &[&str]); 4] = [
+        ("missing-field", &["HSET", "n", "4"]),
+        (
+            "garbled-field",
+            &["HSET", "n", "4", "e", "1", "u", "x", "m", "1"],
+        ),
+        (
+            "no-parts",
+            &["HSET", "n", "0", "e", "1", "u", "1", "m", "1"],
+        ),
+        ("another-type", &["SET", "x"]),
+    ];
+    for (name, command) in garbled {
+        let key = Key::from(name);
+        let mut marker = store.state_key(&key, &quota);
+        marker.extend_from_slice(b":m");
+        let mut cmd = redis::cmd(command[0]);
+        cmd.arg(&marker).arg(&command[1..]);
+        let _: () = server.query(&cmd).unwrap();
+        // Denied, never an error: spent now, refilled within the quota's horizon.
+        let first = store.check(&key, &quota, 1).await;
+        assert!(
+            matches!(&first, Ok(decision) if !decision.is_allowed()),
+            "{name}: {first:?}"
+        );
+        let exists: bool = server.query(redis::cmd("EXISTS").arg(&marker)).unwrap();
+        assert!(!exists, "{name}: the marker stayed");
+        // Other keys are decided as ever.
+        let other = store.check(&Key::from("healthy"), &quota, 1).await;
+        assert!(matches!(other, Ok(ref d) if d.is_allowed()), "{other:?}");
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let later = store.check(&key, &quota, 1).await;
+        assert!(
+            matches!(later, Ok(ref d) if d.is_allowed()),
+            "{name}: {later:?}"
+        );
+        let _: () = server.query(&redis::cmd("FLUSHALL")).unwrap();
+    }
+}

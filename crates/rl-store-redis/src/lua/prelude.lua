@@ -91,6 +91,23 @@ local decide
 local spend
 local seed
 
+-- The decision on a key whose state cannot be read: denied; when writing, the state is
+-- replaced by a spent one that refills (flag 1), else left alone (flag 2).
+local function replaced(cost, write)
+  if not write then
+    return {0, tonumber(ARGV[5]), 0, 0, 0, 2, 0}
+  end
+  redis.call('DEL', key)
+  spend(now)
+  local r = decide(cost, true)
+  r[6] = 1
+  r[7] = 0
+  if r[1] == 1 then
+    r[7] = cost
+  end
+  return r
+end
+
 -- Decides; a state that cannot be read (garbage, or a key of another type) counts as spent
 -- now: the key is denied, never let through, and (when writing) its state is replaced.
 local function guarded(cost, write)
@@ -112,19 +129,31 @@ local function guarded(cost, write)
     -- Any other error (OOM, READONLY, ...) goes back as Redis raised it, its code first.
     error(redis.error_reply(err))
   end
-  if not write then
-    local r = {0, tonumber(ARGV[5]), 0, 0, 0, 2, 0}
-    return r
+  return replaced(cost, write)
+end
+
+-- The split marker: nil when absent, its four numbers {n, e, u, m} when whole, false when it
+-- cannot be read (a key of another type, a field missing or garbled).
+local function read_marker()
+  local m = redis.pcall('HMGET', marker, 'n', 'e', 'u', 'm')
+  if type(m) ~= 'table' or m.err then
+    return false
   end
-  redis.call('DEL', key)
-  spend(now)
-  local r = decide(cost, true)
-  r[6] = 1
-  r[7] = 0
-  if r[1] == 1 then
-    r[7] = cost
+  if not (m[1] or m[2] or m[3] or m[4]) then
+    return nil
   end
-  return r
+  local ok, fields = pcall(function()
+    return {number(m[1]), number(m[2]), number(m[3]), number(m[4])}
+  end)
+  if not ok or fields[1] < 1 then
+    return false
+  end
+  return fields
+end
+
+-- Whether a mode writes (a check or a lease) rather than only reads (a peek).
+local function write_mode(mode)
+  return mode == 'c' or mode == 'l'
 end
 
 local function split_reply(parts, until_us, epoch, left)
@@ -141,8 +170,23 @@ local function main()
     return {1, 0, 0, 0, 0, 0, 0}
   end
   if marker then
-    local m = redis.call('HMGET', marker, 'n', 'e', 'u', 'm')
-    local standing = m[1] ~= false
+    local m = read_marker()
+    if m == false then
+      -- A marker that cannot be read: whether the key was split, and what its parts hold, is
+      -- unknown, so the key counts as spent (its state replaced when writing; a new split
+      -- gets nothing of it), and the marker goes.
+      if mode ~= 'h' then
+        if write_mode(mode) then
+          redis.call('DEL', marker)
+        end
+        return replaced(cost, write_mode(mode))
+      end
+      redis.call('DEL', marker)
+      redis.call('DEL', key)
+      spend(now)
+      m = nil
+    end
+    local standing = m ~= nil
     if mode == 'h' then
       local parts = tonumber(ARGV[8])
       local hold = tonumber(ARGV[9])
