@@ -176,3 +176,43 @@ async fn a_request_without_connect_info_gets_the_configured_outcome() {
         assert!(store.is_empty());
     }
 }
+
+#[test]
+fn a_proxy_network_written_ipv4_mapped_is_trusted_for_its_ipv4_addresses() {
+    // Reproduced: `::ffff:10.0.0.0/104` (as a dual-stack listener prints its peers) was
+    // accepted but never matched, since peers are compared as IPv4: the header was ignored,
+    // and every client behind the proxy shared the proxy's bucket.
+    use rl_tower::key::KeyExtractor;
+    for (network, peer) in [
+        ("::ffff:10.0.0.0/104", "[::ffff:10.0.0.2]:443"),
+        ("::ffff:10.0.0.0/104", "10.0.0.2:443"),
+        ("::/0", "10.0.0.2:443"),
+    ] {
+        let extractor =
+            ClientIp::new(ForwardedHeader::XForwardedFor).trust(network.parse().unwrap());
+        let key = |client: &str| {
+            extractor.extract(&get_from(
+                peer,
+                "/",
+                &[("x-forwarded-for", client.as_bytes())],
+            ))
+        };
+        assert_eq!(
+            key("203.0.113.1"),
+            Some(rl_core::Key::from(
+                "203.0.113.1".parse::<std::net::IpAddr>().unwrap()
+            )),
+            "{network} from {peer}"
+        );
+    }
+    // A mapped network trusts nothing else.
+    let extractor =
+        ClientIp::new(ForwardedHeader::XForwardedFor).trust("::ffff:10.0.0.0/104".parse().unwrap());
+    let req = get_from("11.0.0.2:443", "/", &[("x-forwarded-for", b"203.0.113.1")]);
+    assert_eq!(
+        extractor.extract(&req),
+        Some(rl_core::Key::from(
+            "11.0.0.2".parse::<std::net::IpAddr>().unwrap()
+        ))
+    );
+}

@@ -1,9 +1,9 @@
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use http::header::{FORWARDED, HeaderName};
 use http::{HeaderMap, Request};
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use rl_core::Key;
 
 use super::peer_ip::{DEFAULT_IPV6_PREFIX, ip_key};
@@ -122,6 +122,11 @@ impl ClientIp {
 
     /// Trusts the proxies in `network` (e.g. `10.0.0.0/8`, `::1/128`).
     ///
+    /// Addresses are compared as IPv4 when they are IPv4-mapped (`::ffff:10.0.0.2`, as a
+    /// dual-stack listener reports IPv4 peers), so a network written that way
+    /// (`::ffff:10.0.0.0/104`) trusts its IPv4 addresses (`10.0.0.0/8`), and one that holds
+    /// every mapped address (`::/0`) trusts every IPv4 address.
+    ///
     /// ```
     /// use rl_tower::key::{ClientIp, ForwardedHeader};
     /// let extractor = ClientIp::new(ForwardedHeader::XRealIp)
@@ -133,6 +138,9 @@ impl ClientIp {
     pub fn trust(mut self, network: IpNet) -> Self {
         let mut trusted = self.trusted.to_vec();
         trusted.push(network);
+        if let IpNet::V6(network) = network {
+            trusted.extend(mapped_part(network).map(IpNet::V4));
+        }
         self.trusted = trusted.into();
         self
     }
@@ -217,6 +225,20 @@ impl ClientIp {
         }
         Some(client)
     }
+}
+
+/// The IPv4 addresses an IPv6 network holds as IPv4-mapped addresses (`::ffff:0:0/96`), as
+/// an IPv4 network.
+fn mapped_part(network: Ipv6Net) -> Option<Ipv4Net> {
+    let mapped = Ipv6Net::new(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96).ok()?;
+    if network.contains(&mapped) {
+        return Ipv4Net::new(Ipv4Addr::UNSPECIFIED, 0).ok();
+    }
+    if mapped.contains(&network) {
+        let prefix = network.prefix_len() - 96;
+        return Ipv4Net::new(network.network().to_ipv4_mapped()?, prefix).ok();
+    }
+    None
 }
 
 impl<B> KeyExtractor<B> for ClientIp {

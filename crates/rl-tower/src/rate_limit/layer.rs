@@ -250,13 +250,21 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
         self
     }
 
-    /// Whether CORS preflights (`OPTIONS` with `Access-Control-Request-Method`) pass without
-    /// being counted (default `true`).
+    /// Whether CORS preflights (`OPTIONS` with `Access-Control-Request-Method`) pass to the
+    /// inner service without being counted (default `false`: counted like any request).
+    ///
+    /// Anyone can send a request shaped like a preflight, and many services run their
+    /// handler for it (tonic routes on the path alone, `any()` routes and proxies take every
+    /// method): exempted, such requests are unlimited. Turn this on only when the inner
+    /// service answers every preflight itself, without a handler, such as a CORS layer
+    /// inside this one; or, simpler, put the CORS layer outside this one, where preflights
+    /// never reach the limit.
     ///
     /// ```
     /// use rl_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+    /// // The inner service answers preflights itself (a CORS layer inside this one).
     /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
-    ///     .exempt_preflight(false);
+    ///     .exempt_preflight(true);
     /// # drop(layer);
     /// # Ok::<(), rl_tower::QuotaError>(())
     /// ```

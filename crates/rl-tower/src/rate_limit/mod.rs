@@ -152,18 +152,24 @@ where
 }
 
 /// How much of the quota a request uses: [`UnitCost`] (1, the default) or a closure
-/// `Fn(&Request<B>) -> u32` (a cost of 0 is checked but never counted).
+/// `Fn(&Request<B>) -> u32`.
+///
+/// A cost of 0 is checked but never counted, so it is admitted however spent the key is;
+/// a cost above the burst is never admitted. A cost read from the request is the client's
+/// choice: clamp it to at least 1 (and to what the quota can admit).
 ///
 /// ```
 /// use http::Request;
 /// use rl_tower::rate_limit::{Cost, UnitCost};
 ///
-/// let by_batch_size = |req: &Request<()>| {
-///     req.headers().get("x-batch-size").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(1)
+/// let by_batch_size = |req: &Request<()>| -> u32 {
+///     let asked = req.headers().get("x-batch-size").and_then(|v| v.to_str().ok()?.parse().ok());
+///     asked.unwrap_or(1).clamp(1, 100) // never 0: a client must not make itself free
 /// };
-/// let req = Request::builder().header("x-batch-size", "25").body(()).unwrap();
-/// assert_eq!(by_batch_size.cost(&req), 25);
-/// assert_eq!(UnitCost.cost(&req), 1);
+/// let batch = |size: &str| Request::builder().header("x-batch-size", size).body(()).unwrap();
+/// assert_eq!(by_batch_size.cost(&batch("25")), 25);
+/// assert_eq!(by_batch_size.cost(&batch("0")), 1);
+/// assert_eq!(UnitCost.cost(&batch("25")), 1);
 /// ```
 pub trait Cost<B>: Clone + Send + Sync + 'static {
     /// The cost of `req`.

@@ -39,7 +39,7 @@ impl Default for Config {
             missing_key: MissingKey::default(),
             failure: FailureMode::default(),
             shadow: false,
-            exempt_preflight: true,
+            exempt_preflight: false,
         }
     }
 }
