@@ -263,6 +263,36 @@ async fn a_split_key_spreads_over_the_cluster_and_admits_its_parts_shares() {
     }
 }
 
+#[tokio::test]
+async fn gateways_that_split_a_key_differently_never_share_a_part() {
+    // Part 0 of a split in 4 and part 0 of a split in 8 had one name, so during a rolling
+    // change of `n` one state was read under two quotas (a quarter and an eighth).
+    let server = RedisServer::start();
+    let store = |parts| {
+        config(server.url(), "resplit")
+            .deny_cache(0)
+            .hot_keys(HotKeys::split(NonZeroU32::new(parts).unwrap()))
+            .build()
+            .unwrap()
+    };
+    let (four, eight) = (store(4), store(8));
+    let quota = Quota::per_hour(1_000_000).unwrap();
+    let key = Key::from("tenant");
+    for _ in 0..400 {
+        assert!(four.check(&key, &quota, 1).await.unwrap().is_allowed());
+        assert!(eight.check(&key, &quota, 1).await.unwrap().is_allowed());
+    }
+    let keys: Vec<Vec<u8>> = server.query(redis::cmd("KEYS").arg("resplit:*")).unwrap();
+    assert_eq!(
+        keys.len(),
+        4 + 8,
+        "{:?}",
+        keys.iter()
+            .map(|k| String::from_utf8_lossy(k))
+            .collect::<Vec<_>>()
+    );
+}
+
 /// 300 checks of `key` within a second on `busy` (over its threshold of 200) split it there;
 /// `quiet` learns of it on its next check of the key, from Redis itself.
 async fn promote_and_learn(busy: &RedisStore, quiet: &RedisStore, key: &Key, quota: &Quota) {

@@ -288,6 +288,35 @@ async fn unreachable_redis_is_a_connection_error_and_bad_config_is_invalid_input
 }
 
 #[tokio::test]
+async fn a_zero_deadline_or_lease_period_is_refused_when_built() {
+    // Reproduced: `lease(10, Duration::ZERO)` was accepted; every check took a batch from
+    // Redis and the lease ended at once, so a 100/min quota admitted 10 of 100.
+    use rl_store_redis::RedisConfig;
+    let url = "redis://127.0.0.1:1";
+    let batch = std::num::NonZeroU32::new(10).unwrap();
+    for (setting, config) in [
+        (
+            "lease period",
+            RedisConfig::new(url).lease(batch, Duration::ZERO),
+        ),
+        ("timeout", RedisConfig::new(url).timeout(Duration::ZERO)),
+        (
+            "connect_timeout",
+            RedisConfig::new(url).connect_timeout(Duration::ZERO),
+        ),
+        (
+            "hot-key hold",
+            RedisConfig::new(url)
+                .hot_keys(rl_store_redis::HotKeys::adaptive(10, batch).hold(Duration::ZERO)),
+        ),
+    ] {
+        let err = config.build().unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::InvalidInput, "{setting}: {err}");
+        assert!(err.to_string().contains(setting), "{setting}: {err}");
+    }
+}
+
+#[tokio::test]
 async fn clock_skew_between_this_host_and_redis_is_measured() {
     let server = RedisServer::start();
     let store = crate::store(&server, "skew").await;

@@ -233,8 +233,8 @@ impl RedisConfig {
     /// # Errors
     ///
     /// A [`StoreError`] of kind [`InvalidInput`](StoreErrorKind::InvalidInput), with a
-    /// [`ConfigError`] as its source, for a bad URL or prefix or when called outside a Tokio
-    /// runtime.
+    /// [`ConfigError`] as its source, for a bad URL or prefix, a zero timeout, lease period or hot-key hold,
+    /// or when called outside a Tokio runtime.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -256,6 +256,23 @@ impl RedisConfig {
             return Err(invalid(ConfigError::InvalidPrefix {
                 prefix: self.prefix,
             }));
+        }
+        let zero = [
+            ("timeout", self.timeout),
+            ("connect_timeout", self.connect_timeout),
+            (
+                "lease period",
+                self.lease.map_or(Duration::MAX, |lease| lease.period),
+            ),
+            (
+                "hot-key hold",
+                self.hot_keys.hold_time().unwrap_or(Duration::MAX),
+            ),
+        ]
+        .into_iter()
+        .find(|(_, duration)| duration.is_zero());
+        if let Some((setting, _)) = zero {
+            return Err(invalid(ConfigError::ZeroDuration { setting }));
         }
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(invalid(ConfigError::NoRuntime));
@@ -342,6 +359,13 @@ pub enum ConfigError {
     },
     /// [`RedisConfig::build`] was called outside a Tokio runtime.
     NoRuntime,
+    /// A duration that must be above zero is zero: the `timeout` (every call would fail),
+    /// the `connect_timeout`, the `lease period` (every check would take a batch and forget
+    /// it at once) or the `hot-key hold` (a split would end as it starts).
+    ZeroDuration {
+        /// Which: `timeout`, `connect_timeout`, `lease period` or `hot-key hold`.
+        setting: &'static str,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -353,6 +377,7 @@ impl fmt::Display for ConfigError {
                 "invalid key prefix {prefix:?}: use 1 to 32 bytes without braces or whitespace"
             ),
             Self::NoRuntime => f.write_str("build the Redis store from within a Tokio runtime"),
+            Self::ZeroDuration { setting } => write!(f, "the {setting} must be above zero"),
         }
     }
 }

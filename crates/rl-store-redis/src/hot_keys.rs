@@ -156,6 +156,14 @@ impl HotKeys {
         }
     }
 
+    /// How long an adaptive split outlives its last renewal (`None` for other modes).
+    pub(crate) const fn hold_time(&self) -> Option<Duration> {
+        match self.mode {
+            Mode::Adaptive { hold, .. } => Some(hold),
+            _ => None,
+        }
+    }
+
     /// Whether keys under `quota` are split adaptively (their checks read the split marker).
     pub(crate) const fn adapts(&self, quota: &Quota) -> bool {
         matches!(self.mode, Mode::Adaptive { .. })

@@ -2,6 +2,7 @@
 //! keep state in.
 
 use std::fmt::Write as _;
+use std::num::NonZeroU32;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -184,7 +185,8 @@ pub(crate) fn figures(quota: &Quota, counter: Counter) -> (u64, u64) {
 /// `PREFIX:{[PART]KIND KEY[STEER]}:LIMIT[:EPOCH]`, where KIND is `i` (an integer, in decimal),
 /// `a` (an address, as text), `s` (a string, as its bytes), `l` (a string too long to fit: the
 /// first 16 bytes of its SHA-256, in hex) or `h` (a digest: its first 16 bytes, in hex); LIMIT
-/// is [`Key::limit_id`] in hex (the scope and the quota); PART, STEER and EPOCH only for a part
+/// is [`Key::limit_id`] in hex (the scope and the quota; for a part, the part's share of the
+/// quota); PART, STEER and EPOCH only for a part
 /// of a split key. The key sits in a hash tag, so each key has one cluster slot, which every
 /// limit of the key shares; a part's two STEER bytes place it at an even spacing from the
 /// key's own slot (part `i` of `n` at `i/n` of the slots further), so that `n` parts land on
@@ -231,7 +233,15 @@ pub(crate) fn state_key(prefix: &str, key: &Key, quota: &Quota, counter: Counter
         name.extend_from_slice(&steer);
     }
     name.extend_from_slice(b"}:");
-    hex(&mut name, &key.limit_id(quota).to_be_bytes());
+    // A part is named by its own quota (its share), so that gateways splitting a key in
+    // different numbers of parts (a rolling change) never read one state under two quotas.
+    let limit = match counter {
+        Counter::Whole => key.limit_id(quota),
+        Counter::Part { parts, .. } => {
+            key.limit_id(&quota.share(NonZeroU32::new(parts).unwrap_or(NonZeroU32::MIN)))
+        }
+    };
+    hex(&mut name, &limit.to_be_bytes());
     if let Counter::Part {
         epoch: Some(epoch), ..
     } = counter
