@@ -50,11 +50,13 @@
 //! approximated LRU), a sixteenth of the shard at a time. A new client is never refused for
 //! lack of room, so a flood of identities cannot lock out everyone else. The price, which
 //! [`MemoryStore::evictions`] counts: **an evicted key gets back what it had spent and not yet
-//! regained, at most one burst (or one window's count) per eviction**, and evictions prefer
-//! the keys that had the least left to regain: a flood's one-request keys go before a
-//! throttled client. Size the store so that it does not evict in normal traffic, and put a
-//! per-IP limit in front of per-identity limits so that a flood is stopped before it fills
-//! the store.
+//! regained, at most one burst (or one window's count) per eviction**. Evictions prefer, of
+//! the entries sampled, the one with the least left to regain, so a key that spent more than
+//! a flood's one-request keys goes only when a sample holds nothing closer to fresh (with a
+//! burst of 1, a throttled key and a one-request key look alike). How many evictions a
+//! flood causes is bounded only by how fast it brings new keys: size the store so that it
+//! does not evict in normal traffic, watch [`MemoryStore::evictions`], and put a per-IP limit
+//! in front of per-identity limits so that a flood is stopped before it fills the store.
 //!
 //! A store refuses a new key (a denial for at most a second) only when it cannot make room at
 //! all: a bound too small for a new limit's tables and the overflow tables alike, or for one
