@@ -117,8 +117,8 @@ impl Limits {
     /// slot in the directory (its keys then live in the overflow tables).
     #[inline]
     pub(crate) fn find(&self, scope: u64, quota: &Quota, create: bool) -> Option<&Limit> {
-        let id = Key::from(0u64).scoped(scope).limit_id(quota);
-        let home = id as usize;
+        // The fingerprint is mixed already, and a scope is a digest: no need to mix again.
+        let home = (quota.fingerprint() ^ scope) as usize;
         for probe in 0..PROBES {
             let slot = &self.slots[(home + probe) % DIRECTORY];
             let limit = match slot.get() {
@@ -126,7 +126,7 @@ impl Limits {
                 None if create => slot.get_or_init(|| Limit {
                     scope,
                     quota: *quota,
-                    id,
+                    id: Key::from(0u64).scoped(scope).limit_id(quota),
                     tables: match quota.algorithm() {
                         Algorithm::Gcra => LimitTables::Gcra(KindTables::new()),
                         Algorithm::TokenBucket => LimitTables::TokenBucket(KindTables::new()),
@@ -137,7 +137,10 @@ impl Limits {
                 }),
                 None => return None,
             };
-            if limit.scope == scope && limit.quota == *quota {
+            if limit.quota.fingerprint() == quota.fingerprint()
+                && limit.scope == scope
+                && limit.quota == *quota
+            {
                 return Some(limit);
             }
         }
