@@ -24,7 +24,8 @@ use crate::limits::{KindTables, LimitTables, Limits, OverflowTable, Placed};
 use crate::slot::{Locked, Slot, gcra_check};
 use crate::table::Table;
 
-/// The default memory bound: 64 MiB (about 1,500,000 GCRA keys of integers or addresses).
+/// The default memory bound: 64 MiB (about 1,800,000 GCRA keys of integers or addresses, or
+/// 900,000 of short strings).
 const DEFAULT_MAX_MEMORY: usize = 64 << 20;
 
 /// An in-process [`Store`]: a sharded map of key -> compact state, bounded in bytes, with no
