@@ -651,3 +651,55 @@ async fn a_split_marker_that_cannot_be_read_is_a_denial_for_its_key_alone() {
         let _: () = server.query(&redis::cmd("FLUSHALL")).unwrap();
     }
 }
+
+#[tokio::test]
+async fn the_local_cache_keeps_each_quota_of_a_key_apart() {
+    // The denied-key cache and leases hold what Redis said of a key under one quota: a key
+    // blocked or leased under `5/h` is decided afresh under `100/min`, and a named limit
+    // apart from an unnamed one.
+    let server = RedisServer::start();
+    let batch = NonZeroU32::new(5).unwrap();
+    for (name, store) in [
+        (
+            "deny cache",
+            config(server.url(), "apart-deny").build().unwrap(),
+        ),
+        (
+            "leases",
+            config(server.url(), "apart-lease")
+                .lease(batch, Duration::from_secs(10))
+                .build()
+                .unwrap(),
+        ),
+    ] {
+        let (login, reads) = (Quota::per_hour(5).unwrap(), Quota::per_minute(100).unwrap());
+        let key = Key::from("user-1");
+        let check = |key: Key, quota: Quota| {
+            let store = store.clone();
+            async move {
+                match store.check_ready(&key, &quota, 1) {
+                    Some(decision) => decision.unwrap(),
+                    None => store.check(&key, &quota, 1).await.unwrap(),
+                }
+            }
+        };
+        let mut logins = 0;
+        for _ in 0..20 {
+            logins += u32::from(check(key.clone(), login).await.is_allowed());
+        }
+        assert_eq!(logins, 5, "{name}: logins");
+        let mut reads_admitted = 0;
+        for _ in 0..100 {
+            reads_admitted += u32::from(check(key.clone(), reads).await.is_allowed());
+        }
+        assert_eq!(
+            reads_admitted, 100,
+            "{name}: reads after logins were blocked"
+        );
+        let named = key.clone().scoped(Key::scope_of("login"));
+        assert!(
+            check(named, login).await.is_allowed(),
+            "{name}: a named limit"
+        );
+    }
+}
