@@ -92,7 +92,10 @@ fn main() {
             .output()
             .expect("run a case");
         let Ok(tenths) = String::from_utf8_lossy(&out.stdout).trim().parse::<u64>() else {
-            println!("{case:<16} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+            println!(
+                "{case:<16} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
             continue;
         };
         let counted = String::from_utf8_lossy(&out.stderr)
