@@ -186,7 +186,6 @@ fn a_proxy_network_written_ipv4_mapped_is_trusted_for_its_ipv4_addresses() {
     for (network, peer) in [
         ("::ffff:10.0.0.0/104", "[::ffff:10.0.0.2]:443"),
         ("::ffff:10.0.0.0/104", "10.0.0.2:443"),
-        ("::/0", "10.0.0.2:443"),
     ] {
         let extractor =
             ClientIp::new(ForwardedHeader::XForwardedFor).trust(network.parse().unwrap());
@@ -203,6 +202,20 @@ fn a_proxy_network_written_ipv4_mapped_is_trusted_for_its_ipv4_addresses() {
                 "203.0.113.1".parse::<std::net::IpAddr>().unwrap()
             )),
             "{network} from {peer}"
+        );
+    }
+    // An IPv6 network that merely holds the mapped block (`::1/64`, a typo for loopback, or
+    // `::/0`) trusts no IPv4 address: only a network written inside the block does.
+    for network in ["::1/64", "::/80", "::/0"] {
+        let extractor =
+            ClientIp::new(ForwardedHeader::XForwardedFor).trust(network.parse().unwrap());
+        let req = get_from("198.51.100.4:5000", "/", &[("x-forwarded-for", b"1.2.3.4")]);
+        assert_eq!(
+            extractor.extract(&req),
+            Some(rl_core::Key::from(
+                "198.51.100.4".parse::<std::net::IpAddr>().unwrap()
+            )),
+            "{network}"
         );
     }
     // A mapped network trusts nothing else.

@@ -1,4 +1,4 @@
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use http::header::{FORWARDED, HeaderName};
@@ -124,8 +124,9 @@ impl ClientIp {
     ///
     /// Addresses are compared as IPv4 when they are IPv4-mapped (`::ffff:10.0.0.2`, as a
     /// dual-stack listener reports IPv4 peers), so a network written that way
-    /// (`::ffff:10.0.0.0/104`) trusts its IPv4 addresses (`10.0.0.0/8`), and one that holds
-    /// every mapped address (`::/0`) trusts every IPv4 address.
+    /// (`::ffff:10.0.0.0/104`) trusts its IPv4 addresses (`10.0.0.0/8`). Any other IPv6
+    /// network trusts no IPv4 address, even one that holds the mapped block (`::/0`): trust
+    /// `0.0.0.0/0` for that.
     ///
     /// ```
     /// use rl_tower::key::{ClientIp, ForwardedHeader};
@@ -231,9 +232,8 @@ impl ClientIp {
 /// an IPv4 network.
 fn mapped_part(network: Ipv6Net) -> Option<Ipv4Net> {
     let mapped = Ipv6Net::new(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96).ok()?;
-    if network.contains(&mapped) {
-        return Ipv4Net::new(Ipv4Addr::UNSPECIFIED, 0).ok();
-    }
+    // Only a network written inside the block: one that merely holds it (`::/0`, or `::1/64`
+    // mistyped for loopback) says nothing of IPv4.
     if mapped.contains(&network) {
         let prefix = network.prefix_len() - 96;
         return Ipv4Net::new(network.network().to_ipv4_mapped()?, prefix).ok();
