@@ -283,14 +283,26 @@ async fn gateways_that_split_a_key_differently_never_share_a_part() {
         assert!(eight.check(&key, &quota, 1).await.unwrap().is_allowed());
     }
     let keys: Vec<Vec<u8>> = server.query(redis::cmd("KEYS").arg("resplit:*")).unwrap();
-    assert_eq!(
-        keys.len(),
-        4 + 8,
-        "{:?}",
-        keys.iter()
-            .map(|k| String::from_utf8_lossy(k))
-            .collect::<Vec<_>>()
-    );
+    let names: Vec<_> = keys.iter().map(|k| String::from_utf8_lossy(k)).collect();
+    assert_eq!(keys.len(), 4 + 8, "{names:?}");
+    // Quotas whose shares are equal (`10/h` and `9/h` in halves are both `5/h`) count apart.
+    let halves = config(server.url(), "halves")
+        .deny_cache(0)
+        .hot_keys(HotKeys::split(NonZeroU32::new(2).unwrap()))
+        .build()
+        .unwrap();
+    for (quota, count) in [("10/h", 10), ("9/h", 9)] {
+        let quota: Quota = quota.parse().unwrap();
+        let mut admitted = 0;
+        for _ in 0..40 {
+            admitted += u32::from(halves.check(&key, &quota, 1).await.unwrap().is_allowed());
+        }
+        // Each part admits its rounded-up share: at most n - 1 over the quota.
+        assert!(
+            (count..=count + 1).contains(&admitted),
+            "{quota}: {admitted} admitted"
+        );
+    }
 }
 
 /// 300 checks of `key` within a second on `busy` (over its threshold of 200) split it there;

@@ -2,7 +2,6 @@
 //! keep state in.
 
 use std::fmt::Write as _;
-use std::num::NonZeroU32;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -185,8 +184,8 @@ pub(crate) fn figures(quota: &Quota, counter: Counter) -> (u64, u64) {
 /// `PREFIX:{[PART]KIND KEY[STEER]}:LIMIT[:EPOCH]`, where KIND is `i` (an integer, in decimal),
 /// `a` (an address, as text), `s` (a string, as its bytes), `l` (a string too long to fit: the
 /// first 16 bytes of its SHA-256, in hex) or `h` (a digest: its first 16 bytes, in hex); LIMIT
-/// is [`Key::limit_id`] in hex (the scope and the quota; for a part, the part's share of the
-/// quota); PART, STEER and EPOCH only for a part
+/// is [`Key::limit_id`] in hex (the scope and the quota; for a part, mixed with the number of
+/// parts); PART, STEER and EPOCH only for a part
 /// of a split key. The key sits in a hash tag, so each key has one cluster slot, which every
 /// limit of the key shares; a part's two STEER bytes place it at an even spacing from the
 /// key's own slot (part `i` of `n` at `i/n` of the slots further), so that `n` parts land on
@@ -233,13 +232,12 @@ pub(crate) fn state_key(prefix: &str, key: &Key, quota: &Quota, counter: Counter
         name.extend_from_slice(&steer);
     }
     name.extend_from_slice(b"}:");
-    // A part is named by its own quota (its share), so that gateways splitting a key in
-    // different numbers of parts (a rolling change) never read one state under two quotas.
+    // A part is named by its quota and the number of parts (in the id's top byte: at most
+    // 64), so that gateways splitting a key in different numbers of parts (a rolling change)
+    // never read one state under two quotas, nor do two quotas whose shares are equal.
     let limit = match counter {
         Counter::Whole => key.limit_id(quota),
-        Counter::Part { parts, .. } => {
-            key.limit_id(&quota.share(NonZeroU32::new(parts).unwrap_or(NonZeroU32::MIN)))
-        }
+        Counter::Part { parts, .. } => key.limit_id(quota) ^ (u64::from(parts) << 56),
     };
     hex(&mut name, &limit.to_be_bytes());
     if let Counter::Part {
