@@ -103,11 +103,29 @@ pub(crate) fn saturating_nanos(d: Duration) -> u64 {
 pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> Timestamp;
+
+    /// Whether a reading is never earlier than one taken before it, on any thread (default
+    /// `false`). A store that meets state ahead of a reading from such a clock knows the
+    /// reading is stale (its thread read the clock, then waited), never a clock that stepped
+    /// back, and does not pull the state back to it.
+    ///
+    /// ```
+    /// use rl_core::{Clock, ManualClock, MonotonicClock, Timestamp};
+    /// assert!(MonotonicClock::new().is_monotonic());
+    /// assert!(!ManualClock::new(Timestamp::from_nanos(0)).is_monotonic()); // it can be set back
+    /// ```
+    fn is_monotonic(&self) -> bool {
+        false
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> Timestamp {
         (**self).now()
+    }
+
+    fn is_monotonic(&self) -> bool {
+        (**self).is_monotonic()
     }
 }
 
@@ -170,6 +188,11 @@ impl Clock for MonotonicClock {
     fn now(&self) -> Timestamp {
         let elapsed = self.clock.delta_as_nanos(self.start_raw, self.clock.raw());
         Timestamp(self.anchor_nanos.saturating_add(elapsed))
+    }
+
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        true
     }
 }
 

@@ -50,9 +50,9 @@ impl TatCell for AtomicU64 {
     }
 }
 
-/// How much older than another thread's a clock reading may be when it reaches the
-/// compare-and-swap (the time between reading the clock and deciding): a TAT no further than
-/// this past a reading's horizon is left where it is.
+/// How much older than another thread's a reading of a clock that is not monotonic may be
+/// when it reaches the compare-and-swap (the time between reading the clock and deciding): a
+/// TAT no further than this past a reading's horizon is left where it is.
 pub(crate) const STALE_READING_MICROS: u64 = 1_000_000;
 
 /// One GCRA check on a shared cell: decide on the TAT read, and write the new TAT only if no
@@ -60,23 +60,33 @@ pub(crate) const STALE_READING_MICROS: u64 = 1_000_000;
 /// every admission moves the TAT on from the value it was decided on.
 ///
 /// A thread whose clock reading is older than another's write (it read the clock, then
-/// waited) decides more strictly, never more loosely, and never moves the TAT back. Only a
-/// TAT more than [`STALE_READING_MICROS`] past the horizon (`now + τ`), which no race can
-/// leave, is a clock that stepped back: it is pulled back to that distance from the horizon,
-/// so such a clock denies a key for at most its horizon and a second.
+/// waited) decides more strictly, never more loosely, and never moves the TAT back. With a
+/// `monotonic` clock that is the only way a TAT gets past a reading's horizon (`now + τ`),
+/// so it is never pulled back. With another clock, a TAT more than
+/// [`STALE_READING_MICROS`] past the horizon is a clock that stepped back: it is pulled back
+/// to that distance from the horizon, so such a clock denies a key for at most its horizon
+/// and a second (a reading staler than a second gives back what it is staler by).
 #[inline]
-pub(crate) fn gcra_check(tat: &impl TatCell, now: Timestamp, cost: u32, quota: &Quota) -> Decision {
+pub(crate) fn gcra_check(
+    tat: &impl TatCell,
+    now: Timestamp,
+    cost: u32,
+    quota: &Quota,
+    monotonic: bool,
+) -> Decision {
     let mut current = tat.load();
     loop {
         let mut state = GcraState { tat: current };
         let decision = state.check(now, cost, quota);
-        let new = if state.tat < current {
+        let new = if state.tat >= current {
+            state.tat
+        } else if monotonic {
+            current
+        } else {
             // rl-core pulled a TAT past the horizon back to it: here, only as far as a stale
             // reading could not have pushed it.
             let horizon = now.as_micros().saturating_add(quota.tolerance_micros());
             horizon.saturating_add(STALE_READING_MICROS).min(current)
-        } else {
-            state.tat
         };
         if new == current {
             return decision;
@@ -182,7 +192,9 @@ mod loom_tests {
             let threads: Vec<_> = (0..3)
                 .map(|_| {
                     let tat = Arc::clone(&tat);
-                    loom::thread::spawn(move || gcra_check(&*tat, now, 1, &quota).is_allowed())
+                    loom::thread::spawn(move || {
+                        gcra_check(&*tat, now, 1, &quota, false).is_allowed()
+                    })
                 })
                 .collect();
             let admitted = threads
@@ -212,7 +224,8 @@ mod loom_tests {
                     let cost = if i == 1 { 0 } else { 1 };
                     loom::thread::spawn(move || {
                         let before = tat.load(Ordering::Acquire);
-                        let decision = gcra_check(&*tat, Timestamp::from_micros(at), cost, &quota);
+                        let decision =
+                            gcra_check(&*tat, Timestamp::from_micros(at), cost, &quota, false);
                         assert!(tat.load(Ordering::Acquire) >= before);
                         decision.is_allowed() && cost > 0
                     })

@@ -232,7 +232,10 @@ enum Outcome {
 
 /// A slot that decides: GCRA's atomic, or any other algorithm's locked state.
 trait Decide: Slot {
-    fn check(&self, now: Timestamp, cost: u32, quota: &Quota) -> Decision;
+    /// Checks at `now`, a reading of `clock` taken before. A reading of a monotonic clock
+    /// that finds the state ahead of it is stale, never a step back: the state is not pulled
+    /// back to it.
+    fn check<C: Clock>(&self, now: Timestamp, cost: u32, quota: &Quota, clock: &C) -> Decision;
     fn peek(&self, now: Timestamp, quota: &Quota) -> Decision;
     /// A peek at a key without state.
     fn peek_fresh(now: Timestamp, quota: &Quota) -> Decision;
@@ -240,8 +243,8 @@ trait Decide: Slot {
 
 impl Decide for AtomicU64 {
     #[inline]
-    fn check(&self, now: Timestamp, cost: u32, quota: &Quota) -> Decision {
-        gcra_check(self, now, cost, quota)
+    fn check<C: Clock>(&self, now: Timestamp, cost: u32, quota: &Quota, clock: &C) -> Decision {
+        gcra_check(self, now, cost, quota, clock.is_monotonic())
     }
 
     fn peek(&self, now: Timestamp, quota: &Quota) -> Decision {
@@ -258,8 +261,17 @@ impl<S: AlgorithmState> Decide for Locked<S>
 where
     Self: Slot,
 {
-    fn check(&self, now: Timestamp, cost: u32, quota: &Quota) -> Decision {
-        self.update(quota, |state| state.check(now, cost, quota))
+    fn check<C: Clock>(&self, now: Timestamp, cost: u32, quota: &Quota, clock: &C) -> Decision {
+        self.update(quota, |state| {
+            // Under the lock, a monotonic clock read again is never behind the readings that
+            // decided before: the state is never ahead of it.
+            let now = if clock.is_monotonic() {
+                clock.now()
+            } else {
+                now
+            };
+            state.check(now, cost, quota)
+        })
     }
 
     fn peek(&self, now: Timestamp, quota: &Quota) -> Decision {
@@ -424,7 +436,7 @@ impl<C: Clock> Inner<C> {
         let hash = table.hash(probe);
         match op {
             Op::Check(cost) => {
-                let check = |slot: &V| slot.check(now, cost, quota);
+                let check = |slot: &V| slot.check(now, cost, quota, &self.clock);
                 if let Some(decision) = table.get(hash, probe, check) {
                     return Outcome::Decided(decision);
                 }

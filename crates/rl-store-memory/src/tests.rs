@@ -378,3 +378,61 @@ fn a_clock_stepped_back_an_hour_denies_a_key_for_at_most_its_horizon_and_a_secon
         }
     }
 }
+
+/// A monotonic clock whose next reading can be made stale: the reading a thread took before
+/// it was descheduled for a while.
+#[derive(Clone)]
+struct StaleOnce {
+    clock: ManualClock,
+    stale: Arc<AtomicU64>,
+}
+
+impl Clock for StaleOnce {
+    fn now(&self) -> Timestamp {
+        match self.stale.swap(0, Ordering::AcqRel) {
+            0 => self.clock.now(),
+            stale => Timestamp::from_nanos(stale),
+        }
+    }
+
+    fn is_monotonic(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_stale_reading_of_a_monotonic_clock_never_gives_quota_back() {
+    // Reproduced: a check whose reading was 3 s stale (its thread read the clock, then was
+    // descheduled) pulled a spent key's state back to that reading, as if the clock had
+    // stepped back: the key was fresh again at once, 20 admitted within a second of a 10/s
+    // quota.
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new(Timestamp::from_micros(1_000_000_000));
+        let stale = Arc::new(AtomicU64::new(0));
+        let store = MemoryStore::builder()
+            .max_memory(NonZeroUsize::new(MIB).unwrap())
+            .clock(StaleOnce {
+                clock: clock.clone(),
+                stale: Arc::clone(&stale),
+            })
+            .build();
+        let quota = Quota::per_second(10)
+            .unwrap()
+            .with_algorithm(algorithm)
+            .unwrap();
+        let key = Key::from("spent");
+        let before = clock.now();
+        clock.advance(Duration::from_secs(3));
+        let mut admitted = 0;
+        while store.check_sync(&key, &quota, 1).is_allowed() {
+            admitted += 1;
+        }
+        // A check that read the clock 3 s ago arrives now.
+        stale.store(before.as_nanos(), Ordering::Release);
+        admitted += u32::from(store.check_sync(&key, &quota, 1).is_allowed());
+        for _ in 0..20 {
+            admitted += u32::from(store.check_sync(&key, &quota, 1).is_allowed());
+        }
+        assert_eq!(admitted, 10, "{algorithm}");
+    }
+}
