@@ -402,18 +402,20 @@ async fn an_adaptive_split_reaches_every_gateway_on_a_cluster_even_with_a_node_d
         .unwrap();
     cluster.kill(0);
     let late = build(cluster.urls());
-    for _ in 0..300 {
-        let _ = busy.check(&other, &quota, 1).await;
-    }
     let started = Instant::now();
     loop {
+        // Busy enough to split the key (or renew its split) within a second, once the cluster
+        // answers at its usual pace again (the dead node's slots fail over meanwhile).
+        for _ in 0..300 {
+            let _ = busy.check(&other, &quota, 1).await;
+        }
         if late.check(&other, &quota, 1).await.is_ok()
             && late.split_keys().iter().any(|(k, _)| *k == other)
         {
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(20),
+            started.elapsed() < Duration::from_secs(30),
             "the split of a key on a live node was not learnt"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -616,15 +618,22 @@ async fn the_hot_keys_example_stays_within_its_bound() {
 async fn a_split_marker_that_cannot_be_read_is_a_denial_for_its_key_alone() {
     // Reproduced: a marker missing a field failed the script ("compare number with nil"), an
     // error that counts against the breaker, so one key's garbage opened it for every key;
-    // a marker of another type was an error on every check of its key.
+    // a marker of another type was an error on every check of its key, and one of 1 or 65
+    // parts a reply the store refused, on every check.
     let server = RedisServer::start();
+    // A split holds 200 ms, and a key waits the deadline (250 ms) more after it.
     let store = config(server.url(), "marker")
+        .timeout(Duration::from_millis(250))
         .deny_cache(0)
-        .hot_keys(HotKeys::adaptive(1_000_000, NonZeroU32::new(4).unwrap()))
+        .hot_keys(
+            HotKeys::adaptive(1_000_000, NonZeroU32::new(4).unwrap())
+                .hold(Duration::from_millis(200)),
+        )
         .build()
         .unwrap();
     let quota = Quota::new(2, Duration::from_millis(300)).unwrap();
-    let garbled: [(&str, &[&str]); 4] = [
+    let far = "9000000000000000";
+    let garbled: [(&str, &[&str]); 7] = [
         ("missing-field", &["HSET", "n", "4"]),
         (
             "garbled-field",
@@ -633,6 +642,19 @@ async fn a_split_marker_that_cannot_be_read_is_a_denial_for_its_key_alone() {
         (
             "no-parts",
             &["HSET", "n", "0", "e", "1", "u", "1", "m", "1"],
+        ),
+        (
+            "one-part",
+            &["HSET", "n", "1", "e", "1", "u", far, "m", "1"],
+        ),
+        (
+            "65-parts",
+            &["HSET", "n", "65", "e", "1", "u", far, "m", "1"],
+        ),
+        // Split until 2255, which no hold reaches.
+        (
+            "far-future",
+            &["HSET", "n", "4", "e", "1", "u", far, "m", "1"],
         ),
         ("another-type", &["SET", "x"]),
     ];
@@ -643,7 +665,8 @@ async fn a_split_marker_that_cannot_be_read_is_a_denial_for_its_key_alone() {
         let mut cmd = redis::cmd(command[0]);
         cmd.arg(&marker).arg(&command[1..]);
         let _: () = server.query(&cmd).unwrap();
-        // Denied, never an error: spent now, refilled within the quota's horizon.
+        // Denied, never an error: spent for as long as a split could still run (its hold and
+        // margin), then refilled within the quota's horizon.
         let first = store.check(&key, &quota, 1).await;
         assert!(
             matches!(&first, Ok(decision) if !decision.is_allowed()),
@@ -654,13 +677,99 @@ async fn a_split_marker_that_cannot_be_read_is_a_denial_for_its_key_alone() {
         // Other keys are decided as ever.
         let other = store.check(&Key::from("healthy"), &quota, 1).await;
         assert!(matches!(other, Ok(ref d) if d.is_allowed()), "{other:?}");
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::sleep(Duration::from_millis(800)).await;
         let later = store.check(&key, &quota, 1).await;
         assert!(
             matches!(later, Ok(ref d) if d.is_allowed()),
             "{name}: {later:?}"
         );
         let _: () = server.query(&redis::cmd("FLUSHALL")).unwrap();
+    }
+    // A marker that outlived its split and margin (no TTL) is forgotten: the key is its own.
+    let key = Key::from("outlived");
+    let mut marker = store.state_key(&key, &quota);
+    marker.extend_from_slice(b":m");
+    let _: () = server
+        .query(
+            redis::cmd("HSET")
+                .arg(&marker)
+                .arg(&["n", "4", "e", "1", "u", "1", "m", "1"]),
+        )
+        .unwrap();
+    let first = store.check(&key, &quota, 1).await;
+    assert!(matches!(first, Ok(ref d) if d.is_allowed()), "{first:?}");
+    let exists: bool = server.query(redis::cmd("EXISTS").arg(&marker)).unwrap();
+    assert!(!exists, "the outlived marker stayed");
+}
+
+/// Two gateways on a key split adaptively by the first: the fleet's admissions, each
+/// interval's excess over `burst + ceil(rate t) + n - 1` at worst.
+async fn two_gateways_on_a_split_key(server: &RedisServer, prefix: &str, marker: &str) -> i64 {
+    let gateway = |threshold| {
+        config(server.url(), prefix)
+            .timeout(Duration::from_millis(250))
+            .deny_cache(0)
+            .hot_keys(
+                HotKeys::adaptive(threshold, NonZeroU32::new(4).unwrap())
+                    .hold(Duration::from_secs(10)),
+            )
+            .build()
+            .unwrap()
+    };
+    // The first splits the key; the second checks it too rarely to split it itself.
+    let (busy, quiet) = (gateway(20), gateway(1_000_000));
+    let quota = Quota::per_second(20).unwrap();
+    let key = Key::from("tenant");
+    let admitted = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let run = |store: RedisStore, length: Duration| {
+        let (key, admitted) = (key.clone(), Arc::clone(&admitted));
+        async move {
+            let start = Instant::now();
+            while start.elapsed() < length {
+                if store.check(&key, &quota, 1).await.unwrap().is_allowed() {
+                    admitted.lock().unwrap().push(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(8)).await;
+            }
+        }
+    };
+    let first = tokio::spawn(run(busy.clone(), Duration::from_secs(4)));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(busy.split_keys().len(), 1, "not split");
+    let mut name = busy.state_key(&key, &quota);
+    name.extend_from_slice(b":m");
+    let mut cmd = redis::cmd(if marker == "lost" { "DEL" } else { "HSET" });
+    cmd.arg(&name);
+    if marker == "garbled" {
+        cmd.arg(&["u", "x"]);
+    }
+    let _: () = server.query(&cmd).unwrap();
+    let second = tokio::spawn(run(quiet, Duration::from_secs(3)));
+    first.await.unwrap();
+    second.await.unwrap();
+    let mut times = admitted.lock().unwrap().clone();
+    times.sort();
+    let mut worst = i64::MIN;
+    for (i, from) in times.iter().enumerate() {
+        for (j, to) in times.iter().enumerate().skip(i) {
+            let t = to.duration_since(*from).as_secs_f64();
+            let bound = 20 + (20.0 * t).ceil() as i64 + 3;
+            worst = worst.max((j - i + 1) as i64 - bound);
+        }
+    }
+    worst
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_key_keeps_its_bound_when_its_marker_is_lost_or_garbled() {
+    // Reproduced: the key's own counter, spent until its split ends, was pulled back to "spent
+    // now" by the first check that reached it once the marker was gone (evicted, deleted) or
+    // repaired after garbling: the key admitted the full rate while its parts did too, 75
+    // over the bound in 5 s.
+    let server = RedisServer::start();
+    for marker in ["lost", "garbled"] {
+        let worst = two_gateways_on_a_split_key(&server, marker, marker).await;
+        assert!(worst <= 0, "marker {marker}: {worst} over the bound");
     }
 }
 

@@ -104,6 +104,19 @@ impl HotKeys {
     /// rates are tracked in bounded memory (the 128 busiest keys of each second), and a gateway
     /// tracks at most [`MAX_SPLIT_KEYS`] splits.
     ///
+    /// While a key is split its own counter is spent until the split ends (its hold and a
+    /// margin, the store's deadline, after the last renewal), so that it hands out nothing
+    /// its parts do; the split's marker beside it tells gateways to use the parts. Two things
+    /// follow. A state ahead of Redis's clock by no more than hold + margin is kept (it may
+    /// be such a key), so a clock that steps back denies a key for at most its horizon plus
+    /// hold + margin under adaptive splitting, against the horizon alone without it. And a
+    /// marker that cannot be read (garbled, of another type, of 1 or more than 64 parts, or
+    /// ending further away than a hold) counts as a corrupt state of its key: the key is spent
+    /// for hold + margin and the marker deleted. Every gateway must use the same hold.
+    ///
+    /// A single check on a split key costs at most a part's share of the burst
+    /// (`⌈burst / parts⌉`): a larger cost is `InsufficientCapacity`.
+    ///
     /// ```
     /// let hot = rl_store_redis::HotKeys::adaptive(1_000, std::num::NonZeroU32::new(16).unwrap());
     /// assert_eq!(hot.parts(), 16);

@@ -88,8 +88,10 @@ pub(crate) struct Call<'a> {
     pub(crate) cost: u32,
     /// The time in µs, or `None` for the server's `TIME` (tests pass their own).
     pub(crate) now: Option<u64>,
-    /// Whether the key's split marker is read (adaptive hot keys).
-    pub(crate) marker: bool,
+    /// Whether the key's split marker is read (adaptive hot keys), and if so the longest a
+    /// split can still run: its hold and the margin after it. A state ahead of now by no more
+    /// than that may be a key spent until its split ends, which is never pulled back.
+    pub(crate) marker: Option<Duration>,
     /// The shortest TTL of a written state.
     pub(crate) keep_for: Duration,
 }
@@ -112,7 +114,7 @@ impl Call<'_> {
             cmd.arg(lua.source);
         }
         let name = state_key(prefix, key, self.quota, self.counter);
-        if self.marker {
+        if self.marker.is_some() {
             cmd.arg(2).arg(&name).arg(marker_key(&name));
         } else {
             cmd.arg(1).arg(&name);
@@ -134,7 +136,8 @@ impl Call<'_> {
         cmd.arg(figure)
             .arg(limit)
             .arg(if spent { "e" } else { "" })
-            .arg(micros(self.keep_for));
+            .arg(micros(self.keep_for))
+            .arg(self.marker.map_or(0, micros));
         match self.mode {
             Mode::Lease { batch } => {
                 cmd.arg(batch);

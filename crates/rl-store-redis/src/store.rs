@@ -165,7 +165,7 @@ impl RedisStore {
             mode: Mode::Check,
             cost,
             now: Some(now_micros),
-            marker: false,
+            marker: None,
             keep_for: Duration::ZERO,
         };
         match self.call(key, &call).await? {
@@ -205,6 +205,13 @@ impl RedisStore {
         self.local.clock.now().as_nanos()
     }
 
+    /// The longest an adaptive split can still run when a gateway checks its key: its hold,
+    /// and the margin after it (the deadline); `None` without adaptive hot keys.
+    fn split_slack(&self) -> Option<Duration> {
+        let hold = self.local.hot.config().hold_time()?;
+        Some(hold.saturating_add(self.timeout))
+    }
+
     /// A decision this gateway can make alone: from a lease, or a standing denial.
     fn decide_locally(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
         let leases = self.local.leases.as_ref();
@@ -242,7 +249,7 @@ impl RedisStore {
                 },
                 cost,
                 now: None,
-                marker: true,
+                marker: self.split_slack(),
                 keep_for: Duration::ZERO,
             };
             let sent = self.now();
@@ -266,7 +273,9 @@ impl RedisStore {
             mode,
             cost,
             now: None,
-            marker: adapts && route.counter == Counter::Whole,
+            marker: (adapts && route.counter == Counter::Whole)
+                .then(|| self.split_slack())
+                .flatten(),
             keep_for: route.keep_for,
         };
         let sent = self.now();
@@ -292,7 +301,7 @@ impl RedisStore {
                 let elapsed = Duration::from_nanos(self.now().saturating_sub(sent));
                 let part = Call {
                     counter,
-                    marker: false,
+                    marker: None,
                     keep_for: remaining.saturating_sub(elapsed),
                     ..call
                 };
@@ -330,7 +339,7 @@ impl RedisStore {
             counter = route.counter;
             let part = Call {
                 counter,
-                marker: false,
+                marker: None,
                 keep_for: route.keep_for,
                 ..call
             };
@@ -367,7 +376,7 @@ impl RedisStore {
                 mode: Mode::Seed { units, at: epoch },
                 cost: 0,
                 now: None,
-                marker: false,
+                marker: None,
                 keep_for: Duration::ZERO,
             };
             self.call(key, &call).await

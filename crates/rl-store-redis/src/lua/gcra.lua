@@ -33,9 +33,10 @@ decide = function(cost, write)
     end
   end
   -- A TAT past the horizon is a clock that stepped back: fully spent now, no more, and kept
-  -- so (were it not written, every later check would find it spent again).
-  if tat > horizon then
-    tat = horizon
+  -- so (were it not written, every later check would find it spent again). A key spent until
+  -- its split ends is ahead by at most the split's slack, and stays so.
+  if tat > horizon + split_slack then
+    tat = horizon + split_slack
     if write then
       redis.call('SET', key, tat, 'PX', ttl_ms(tat))
     end

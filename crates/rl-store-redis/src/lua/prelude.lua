@@ -6,15 +6,18 @@
 --          u = until}: while it stands the key is split, and checks of the key itself are
 --          answered "split" (or, past `u`, denied until the marker expires)
 -- ARGV[1]  'c' check (count the cost if it fits), 'p' peek (count nothing), 'l' lease (count
---          as much as there is up to ARGV[8], at least the cost), 'h' split the key (promote or
---          renew: ARGV[8] parts, ARGV[9] hold in µs, ARGV[10] margin in µs), 'i' start a part
---          of a new split, if it has no state yet, with ARGV[8] units left at ARGV[9] (µs)
+--          as much as there is up to ARGV[9], at least the cost), 'h' split the key (promote or
+--          renew: ARGV[9] parts, ARGV[10] hold in µs, ARGV[11] margin in µs), 'i' start a part
+--          of a new split, if it has no state yet, with ARGV[9] units left at ARGV[10] (µs)
 -- ARGV[2]  the cost
 -- ARGV[3]  now in microseconds, or '' to read the Redis server's clock (TIME)
 -- ARGV[4]  the algorithm's figure (interval or period, µs), ARGV[5] its limit
 -- ARGV[6]  'e' when a missing state means "spent" rather than "fresh" (a part of an adaptive
 --          split starts spent: the key's remaining burst is not handed out again); else ''
 -- ARGV[7]  the shortest TTL in µs for a written state (a part lives as long as its split), or ''
+-- ARGV[8]  with a marker, the longest a split can still run (its hold and margin, µs), else 0:
+--          a key is spent until its split ends, so a state ahead of now by no more than this
+--          is not a clock that stepped back, and is kept
 --
 -- Returns {outcome, limit, remaining, reset_after_us, retry_after_us, flag, granted}:
 -- outcome 1 allowed, 0 denied, 2 a cost above what the quota admits at once, 3 split (then
@@ -35,6 +38,7 @@ else
 end
 local absent_spent = ARGV[6] == 'e'
 local keep_for = tonumber(ARGV[7]) or 0
+local split_slack = tonumber(ARGV[8]) or 0
 
 -- floor(a / b), exact for 0 <= a < 2^53 and 0 < b.
 local function idiv(a, b)
@@ -145,15 +149,11 @@ local function read_marker()
   local ok, fields = pcall(function()
     return {number(m[1]), number(m[2]), number(m[3]), number(m[4])}
   end)
-  if not ok or fields[1] < 1 then
+  -- 2 to 64 parts, and a split that ends within the longest any can run from now.
+  if not ok or fields[1] < 2 or fields[1] > 64 or fields[3] > now + split_slack then
     return false
   end
   return fields
-end
-
--- Whether a mode writes (a check or a lease) rather than only reads (a peek).
-local function write_mode(mode)
-  return mode == 'c' or mode == 'l'
 end
 
 local function split_reply(parts, until_us, epoch, left)
@@ -165,32 +165,42 @@ local function main()
   local cost = tonumber(ARGV[2])
   if mode == 'i' then
     if redis.call('EXISTS', key) == 0 then
-      seed(tonumber(ARGV[9]), tonumber(ARGV[8]))
+      seed(tonumber(ARGV[10]), tonumber(ARGV[9]))
     end
     return {1, 0, 0, 0, 0, 0, 0}
   end
   if marker then
     local m = read_marker()
+    if m and now >= m[3] + m[4] then
+      -- Outlived its split and margin (it has no TTL): forgotten.
+      if mode ~= 'p' then
+        redis.call('DEL', marker)
+      end
+      m = nil
+    end
     if m == false then
       -- A marker that cannot be read: whether the key was split, and what its parts hold, is
-      -- unknown, so the key counts as spent (its state replaced when writing; a new split
-      -- gets nothing of it), and the marker goes.
-      if mode ~= 'h' then
-        if write_mode(mode) then
-          redis.call('DEL', marker)
-        end
-        return replaced(cost, write_mode(mode))
+      -- unknown, so the key counts as spent for as long as a split could still run (and a
+      -- new split gets nothing of it), and the marker goes.
+      if mode == 'p' then
+        return replaced(cost, false)
       end
       redis.call('DEL', marker)
       redis.call('DEL', key)
-      spend(now)
+      spend(now + split_slack)
+      if mode ~= 'h' then
+        local r = decide(cost, true)
+        r[6] = 1
+        r[7] = 0
+        return r
+      end
       m = nil
     end
     local standing = m ~= nil
     if mode == 'h' then
-      local parts = tonumber(ARGV[8])
-      local hold = tonumber(ARGV[9])
-      local margin = tonumber(ARGV[10])
+      local parts = tonumber(ARGV[9])
+      local hold = tonumber(ARGV[10])
+      local margin = tonumber(ARGV[11])
       local epoch = now
       local left = 0
       if standing and tonumber(m[3]) > now then
@@ -235,7 +245,7 @@ local function main()
   if mode == 'l' then
     -- As much as there is, up to the batch: one round trip whatever is left.
     local available = guarded(0, false)
-    local grant = tonumber(ARGV[8])
+    local grant = tonumber(ARGV[9])
     if available[6] == 0 and available[3] < grant then
       grant = available[3]
     end

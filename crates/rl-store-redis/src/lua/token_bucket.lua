@@ -37,14 +37,15 @@ decide = function(cost, write)
     end
   end
   -- Pulled back: behind a clock that stepped back, or past the capacity (which only a lying
-  -- store could hold).
-  local pulled_back = now < last or used > capacity
+  -- store could hold). A key spent until its split ends is ahead by at most the split's
+  -- slack, and stays so.
+  local pulled_back = last > now + split_slack or used > capacity
   if used > capacity then
     used = capacity
   end
-  if now < last then
+  if last > now + split_slack then
     -- The clock stepped back: count refills from now on, not from a time to come.
-    last = now
+    last = now + split_slack
   elseif now > last then
     local tokens = idiv(now - last, interval)
     if tokens >= used then
