@@ -262,7 +262,7 @@ impl RedisStore {
             {
                 let new = hot.learn(key, *quota, (parts, epoch), remaining, sent);
                 if new {
-                    self.seed(key, quota, (parts, epoch), left).await;
+                    self.seed(key, quota, (parts, epoch), left, remaining).await;
                 }
             }
         }
@@ -363,7 +363,16 @@ impl RedisStore {
     /// down) of the `left` units the key had: so that they refill from the split's start,
     /// and hand out no more than the key had left. A part whose call fails starts spent when
     /// it is first checked instead (under-admission, never over).
-    async fn seed(&self, key: &Key, quota: &Quota, (parts, epoch): (u32, u64), left: u64) {
+    /// Starts the parts of a new split with `left` units between them, each kept for the
+    /// split's `remaining` time (a part that expired would read as spent).
+    async fn seed(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        (parts, epoch): (u32, u64),
+        left: u64,
+        remaining: Duration,
+    ) {
         let units = left / u64::from(parts.max(1));
         let calls = (0..parts).map(|index| async move {
             let call = Call {
@@ -377,7 +386,7 @@ impl RedisStore {
                 cost: 0,
                 now: None,
                 marker: None,
-                keep_for: Duration::ZERO,
+                keep_for: remaining,
             };
             self.call(key, &call).await
         });
