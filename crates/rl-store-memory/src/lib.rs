@@ -47,7 +47,9 @@
 //!
 //! When the bound is reached and a new key needs room, the store **evicts**: it samples a few
 //! entries of the new key's shard and forgets the one closest to fresh (like Redis's
-//! approximated LRU), a sixteenth of the shard at a time. A new client is never refused for
+//! approximated LRU), a sixteenth of the shard at a time; when that shard has nothing
+//! left to evict while others hold the bound (keys with large states, such as sliding logs,
+//! a few to a shard), it evicts from the other shards, never waiting for their locks. A new client is never refused for
 //! lack of room, so a flood of identities cannot lock out everyone else. The price, which
 //! [`MemoryStore::evictions`] counts: **an evicted key gets back what it had spent and not yet
 //! regained, at most one burst (or one window's count) per eviction**. Evictions prefer, of

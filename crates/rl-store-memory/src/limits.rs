@@ -189,6 +189,15 @@ impl Limits {
         }
     }
 
+    /// Evicts one entry from any table, for a new key whose own shard has nothing left to
+    /// evict while others hold the bound (keys with large states, few to a shard); false when
+    /// nothing could be.
+    pub(crate) fn evict_any(&self, now: u64) -> bool {
+        let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+        let start = self.next_table.fetch_add(1, Ordering::Relaxed);
+        (0..tables.len()).any(|i| tables[(start + i) % tables.len()].evict_any(now, &self.budget))
+    }
+
     /// Forgets every fresh entry of every table; returns how many.
     pub(crate) fn sweep_all(&self, now: u64) -> usize {
         let tables = self

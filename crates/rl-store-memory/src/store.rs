@@ -24,6 +24,10 @@ use crate::limits::{KindTables, LimitTables, Limits, OverflowTable, Placed};
 use crate::slot::{Locked, Slot, gcra_check};
 use crate::table::Table;
 
+/// How many entries a new key may have evicted from other shards than its own, when its own
+/// has nothing left.
+const EVICT_ELSEWHERE: usize = 8;
+
 /// The default memory bound: 64 MiB (about 1,800,000 GCRA keys of integers or addresses, or
 /// 900,000 of short strings).
 const DEFAULT_MAX_MEMORY: usize = 64 << 20;
@@ -378,7 +382,7 @@ impl<C: Clock> Inner<C> {
         cell: &OnceLock<Placed<K, V>>,
         elsewhere: Elsewhere<'_, V>,
         probe: &Q,
-        make: impl FnOnce() -> K,
+        make: impl Fn() -> K,
         ask: Ask<'_>,
     ) -> Outcome
     where
@@ -424,7 +428,7 @@ impl<C: Clock> Inner<C> {
         &self,
         table: &Table<K, V>,
         probe: &Q,
-        make: impl FnOnce() -> K,
+        make: impl Fn() -> K,
         ask: Ask<'_>,
     ) -> Outcome
     where
@@ -445,7 +449,15 @@ impl<C: Clock> Inner<C> {
                 self.limits.sweep_step(now_us);
                 let entry = || (make(), V::new(quota));
                 let budget = &self.limits.budget;
-                let decided = table.get_or_insert(hash, probe, entry, now_us, budget, check);
+                let mut decided = table.get_or_insert(hash, probe, entry, now_us, budget, check);
+                // The key's shard had nothing left to evict, while others hold the bound:
+                // evict elsewhere (a few times: one entry may not free enough), then again.
+                for _ in 0..EVICT_ELSEWHERE {
+                    if decided.is_some() || !self.limits.evict_any(now_us) {
+                        break;
+                    }
+                    decided = table.get_or_insert(hash, probe, entry, now_us, budget, check);
+                }
                 Outcome::Decided(decided.unwrap_or_else(|| self.refuse(quota)))
             }
             Op::Peek => table

@@ -97,6 +97,9 @@ pub(crate) trait Sweep: Send + Sync {
     fn sweep_step(&self, now: u64, budget: &Budget);
     /// Forgets every fresh entry; returns how many.
     fn sweep_all(&self, now: u64, budget: &Budget) -> usize;
+    /// Evicts one entry (sampled, closest to fresh) from the first shard, from a rotating
+    /// start, that no one holds and that has one; false when none could.
+    fn evict_any(&self, now: u64, budget: &Budget) -> bool;
 }
 
 /// A table of `K` -> `V`, in shards that each take a lock of their own.
@@ -233,6 +236,18 @@ impl<K: StoredKey, V: Slot> Sweep for Table<K, V> {
         if let Ok(mut entries) = self.shards[index].0.try_write() {
             entries.sweep(SWEEP_STEP, now, budget, &self.hasher, self.min_alloc);
         }
+    }
+
+    fn evict_any(&self, now: u64, budget: &Budget) -> bool {
+        let start = self.next_sweep.fetch_add(1, Ordering::Relaxed);
+        (0..self.shards.len()).any(|i| {
+            let index = start.wrapping_add(i) & (self.shards.len() - 1);
+            // Never wait for a shard: the caller may hold another one.
+            self.shards[index]
+                .0
+                .try_write()
+                .is_ok_and(|mut entries| entries.evict_one(now, budget))
+        })
     }
 
     fn sweep_all(&self, now: u64, budget: &Budget) -> usize {

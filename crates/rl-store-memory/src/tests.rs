@@ -436,3 +436,21 @@ fn a_stale_reading_of_a_monotonic_clock_never_gives_quota_back() {
         assert_eq!(admitted, 10, "{algorithm}");
     }
 }
+
+#[test]
+fn a_full_store_of_large_states_makes_room_for_a_new_key_in_any_shard() {
+    // Reproduced: sliding logs of 4,096 entries (32 KiB each) fill a small store a few keys
+    // per shard; a new key whose shard held nothing to evict was refused, though other
+    // shards held the whole bound.
+    let (store, clock) = frozen_store(4 << 20);
+    let quota: Quota = "4096/h sliding-log".parse().unwrap();
+    for i in 0..3_000_u64 {
+        clock.advance(Duration::from_millis(1));
+        assert!(
+            store.check_sync(&Key::from(i), &quota, 1).is_allowed(),
+            "key {i} refused, {} evictions so far",
+            store.evictions()
+        );
+    }
+    assert!(store.memory() <= 4 << 20);
+}
