@@ -15,7 +15,7 @@ use rl_tower::key::{ClientIp, ForwardedHeader};
 /// - **raw** (bit 6 clear): the rest is the header's raw bytes, one field line per `\n`. The
 ///   resolved address must be the peer or one written in the header (as is, IPv4-mapped, or
 ///   escaped in a quoted-string: `for=":\:41"` writes `::41`).
-/// - **attack** (bit 6 set): the rest is a [`ProxiedCase`]: what a client sent, arbitrary bytes,
+/// - **attack** (bit 6 set): the rest is a `ProxiedCase`: what a client sent, arbitrary bytes,
 ///   to which the harness, playing our trusted proxies, appends a well-formed record of the
 ///   client's address and 0 to 3 trusted hops. The resolved address must be exactly the
 ///   client's address the first proxy wrote, never `None` and never one the client wrote
