@@ -8,6 +8,8 @@
 //!   still share one clock. [`RedisStore::measure_clock_skew`] reports (and past a threshold,
 //!   logs) how far this host's clock is from Redis's.
 //! - Every key expires when its state equals a fresh one, so idle keys vanish by themselves.
+//!   Keep Redis's `maxmemory-policy` at `noeviction` (its default): an evicted state is a
+//!   fresh one (over-admission), where a full Redis answers `OOM`, a backend failure.
 //! - A key has one state per quota and per named limit: its Redis key is
 //!   `PREFIX:{KIND KEY}:LIMIT`, with the user key inside the hash tag (integers in decimal,
 //!   addresses as text, strings as their bytes, or the first 16 bytes of their SHA-256 in hex
