@@ -104,6 +104,17 @@ fn steps_strategy(quota: &Quota, backwards: bool) -> impl Strategy<Value = Vec<S
     prop::collection::vec(step, 1..160)
 }
 
+/// [`quota_and_steps`] of any algorithm, the clock stepping both ways.
+fn any_quota_and_steps_both_ways() -> impl Strategy<Value = (Quota, Vec<Step>, u64)> {
+    prop_oneof![
+        quota_and_steps(Algorithm::Gcra, true),
+        quota_and_steps(Algorithm::TokenBucket, true),
+        quota_and_steps(Algorithm::FixedWindow, true),
+        quota_and_steps(Algorithm::SlidingWindow, true),
+        quota_and_steps(Algorithm::SlidingLog, true),
+    ]
+}
+
 fn quota_and_steps(
     algorithm: Algorithm,
     backwards: bool,
@@ -204,13 +215,7 @@ proptest! {
 
     #[test]
     fn an_earlier_reading_never_admits_what_the_latest_would_deny(
-        (q, steps, start) in prop_oneof![
-            quota_and_steps(Algorithm::Gcra, true),
-            quota_and_steps(Algorithm::TokenBucket, true),
-            quota_and_steps(Algorithm::FixedWindow, true),
-            quota_and_steps(Algorithm::SlidingWindow, true),
-            quota_and_steps(Algorithm::SlidingLog, true),
-        ],
+        (q, steps, start) in any_quota_and_steps_both_ways(),
         back_ns in 0u64..5_000_000_000,
         cost in 0u32..=4,
     ) {
@@ -568,13 +573,7 @@ proptest! {
 
     #[test]
     fn a_clock_stepping_back_never_denies_longer_than_the_horizon(
-        (q, steps, start) in prop_oneof![
-            quota_and_steps(Algorithm::Gcra, true),
-            quota_and_steps(Algorithm::TokenBucket, true),
-            quota_and_steps(Algorithm::FixedWindow, true),
-            quota_and_steps(Algorithm::SlidingWindow, true),
-            quota_and_steps(Algorithm::SlidingLog, true),
-        ],
+        (q, steps, start) in any_quota_and_steps_both_ways(),
         back_ns in prop_oneof![0u64..5_000_000_000, 0u64..3_600_000_000_000],
         cost in 1u32..=3,
     ) {

@@ -95,16 +95,9 @@ local decide
 local spend
 local seed
 
--- The decision on a key whose state cannot be read: denied; when writing, the state is
--- replaced by a spent one that refills (flag 1), else left alone (flag 2).
-local function replaced(cost, write)
-  if not write then
-    return {0, tonumber(ARGV[5]), 0, 0, 0, 2, 0}
-  end
-  redis.call('DEL', key)
-  spend(now)
-  local r = decide(cost, true)
-  r[6] = 1
+-- A decision as the script replies it: with its flag, and the units it counted.
+local function reply(r, flag, cost)
+  r[6] = flag
   r[7] = 0
   if r[1] == 1 then
     r[7] = cost
@@ -112,17 +105,24 @@ local function replaced(cost, write)
   return r
 end
 
+-- The decision on a key whose state cannot be read: denied; when writing, the state is
+-- replaced by one spent at `spent_at` that refills from then (flag 1), else left alone
+-- (flag 2).
+local function replaced(cost, write, spent_at)
+  if not write then
+    return {0, tonumber(ARGV[5]), 0, 0, 0, 2, 0}
+  end
+  redis.call('DEL', key)
+  spend(spent_at)
+  return reply(decide(cost, true), 1, cost)
+end
+
 -- Decides; a state that cannot be read (garbage, or a key of another type) counts as spent
 -- now: the key is denied, never let through, and (when writing) its state is replaced.
 local function guarded(cost, write)
   local ok, result = pcall(decide, cost, write)
   if ok then
-    result[6] = 0
-    result[7] = 0
-    if result[1] == 1 then
-      result[7] = cost
-    end
-    return result
+    return reply(result, 0, cost)
   end
   local err = result
   if type(result) == 'table' then
@@ -133,7 +133,7 @@ local function guarded(cost, write)
     -- Any other error (OOM, READONLY, ...) goes back as Redis raised it, its code first.
     error(redis.error_reply(err))
   end
-  return replaced(cost, write)
+  return replaced(cost, write, now)
 end
 
 -- The split marker: nil when absent, its four numbers {n, e, u, m} when whole, false when it
@@ -182,18 +182,15 @@ local function main()
       -- A marker that cannot be read: whether the key was split, and what its parts hold, is
       -- unknown, so the key counts as spent for as long as a split could still run (and a
       -- new split gets nothing of it), and the marker goes.
-      if mode == 'p' then
-        return replaced(cost, false)
+      if mode ~= 'h' then
+        if mode ~= 'p' then
+          redis.call('DEL', marker)
+        end
+        return replaced(cost, mode ~= 'p', now + split_slack)
       end
       redis.call('DEL', marker)
       redis.call('DEL', key)
       spend(now + split_slack)
-      if mode ~= 'h' then
-        local r = decide(cost, true)
-        r[6] = 1
-        r[7] = 0
-        return r
-      end
       m = nil
     end
     local standing = m ~= nil
