@@ -26,10 +26,10 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::{Router, routing::get, routing::post};
-use rl_tower::breaker::{BreakerState, CircuitBreaker};
-use rl_tower::key::PeerIp;
-use rl_tower::rate_limit::FailureMode;
-use rl_tower::{Key, MemoryStore, Quota, RateLimitLayer, RedisConfig};
+use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
+use ratewarden_tower::key::PeerIp;
+use ratewarden_tower::rate_limit::FailureMode;
+use ratewarden_tower::{Key, MemoryStore, Quota, RateLimitLayer, RedisConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -10,8 +10,8 @@
 use axum::body::Body;
 use axum::{Router, routing::get};
 use http::{Request, StatusCode};
-use rl_tower::rate_limit::MissingKey;
-use rl_tower::{Key, MemoryStore, Quota, RateLimitLayer};
+use ratewarden_tower::rate_limit::MissingKey;
+use ratewarden_tower::{Key, MemoryStore, Quota, RateLimitLayer};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

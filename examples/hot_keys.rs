@@ -21,8 +21,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use axum::{Router, routing::get};
-use rl_tower::key::Header;
-use rl_tower::{HotKeys, Quota, RateLimitLayer, RedisConfig};
+use ratewarden_tower::key::Header;
+use ratewarden_tower::{HotKeys, Quota, RateLimitLayer, RedisConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
-use rl_tower::{Quota, RateLimitLayer};
+use ratewarden_tower::{Quota, RateLimitLayer};
 use tower::ServiceBuilder;
 
 async fn hello(_: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {

@@ -14,12 +14,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::{Router, routing::get};
 use http::StatusCode;
 use jsonwebtoken::{EncodingKey, Header};
-use rl_tower::key::{JwtClaim, PeerIp};
-use rl_tower::rate_limit::MissingKey;
-use rl_tower::{MemoryStore, Quota, RateLimitLayer};
+use ratewarden_tower::key::{JwtClaim, PeerIp};
+use ratewarden_tower::rate_limit::MissingKey;
+use ratewarden_tower::{MemoryStore, Quota, RateLimitLayer};
 
 /// The demo signing key. A real service loads its key from configuration.
-const DEMO_SECRET: &[u8] = b"rl-tower demo secret: not for production";
+const DEMO_SECRET: &[u8] = b"ratewarden-tower demo secret: not for production";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 
 use axum::{Router, routing::get};
-use rl_tower::{Quota, RateLimitLayer};
+use ratewarden_tower::{Quota, RateLimitLayer};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -9,8 +9,8 @@
 use std::net::SocketAddr;
 
 use axum::{Router, routing::get};
-use rl_tower::key::PeerIp;
-use rl_tower::{Quota, RateLimitLayer, RedisConfig};
+use ratewarden_tower::key::PeerIp;
+use ratewarden_tower::{Quota, RateLimitLayer, RedisConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -9,8 +9,8 @@
 //!   http://127.0.0.1:3000/grpc.health.v1.Health/Check
 //! ```
 
-use rl_tower::key::PeerIp;
-use rl_tower::{MemoryStore, Quota, RateLimitLayer};
+use ratewarden_tower::key::PeerIp;
+use ratewarden_tower::{MemoryStore, Quota, RateLimitLayer};
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 

@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use rl_core::algorithm::{
+use ratewarden_core::algorithm::{
     AlgorithmState, FixedWindowState, GcraState, SlidingLogState, SlidingWindowState,
     TokenBucketState,
 };
-use rl_core::{Algorithm, Key, Quota, Timestamp};
-use rl_store_memory::MemoryStore;
+use ratewarden_core::{Algorithm, Key, Quota, Timestamp};
+use ratewarden_memory::MemoryStore;
 
 /// Checks at 1 µs steps against 100/s: a mix of admissions and denials.
 fn pure<S: AlgorithmState>(c: &mut Criterion, name: &str, quota: &Quota) {

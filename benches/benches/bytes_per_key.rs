@@ -9,8 +9,8 @@ use std::num::{NonZeroU32, NonZeroUsize};
 use std::process::Command;
 
 use benches::rss_bytes;
-use rl_core::{Key, Quota};
-use rl_store_memory::MemoryStore;
+use ratewarden_core::{Key, Quota};
+use ratewarden_memory::MemoryStore;
 
 const KEYS: u64 = 1_000_000;
 const CASES: [&str; 6] = [

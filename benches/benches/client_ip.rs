@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use rl_tower::key::{ClientIp, ForwardedHeader};
+use ratewarden_tower::key::{ClientIp, ForwardedHeader};
 use tests::{PROXIED_CLIENT, proxied_request};
 
 fn bench(c: &mut Criterion) {

@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
 
 use benches::scatter;
-use rl_core::{Key, Quota};
-use rl_store_memory::MemoryStore;
+use ratewarden_core::{Key, Quota};
+use ratewarden_memory::MemoryStore;
 
 fn ip(i: u64) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(0x0A00_0000 | (i as u32)))

@@ -10,8 +10,8 @@ use std::time::Duration;
 use benches::{on_threads, scatter};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota as GovQuota, RateLimiter};
-use rl_core::{Key, Quota};
-use rl_store_memory::MemoryStore;
+use ratewarden_core::{Key, Quota};
+use ratewarden_memory::MemoryStore;
 
 /// 1 per minute with a burst of 1,000: every key stays live (not yet forgettable) for the
 /// whole run, so both maps hold all their keys.

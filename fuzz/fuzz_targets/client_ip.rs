@@ -1,4 +1,4 @@
-//! Fuzzes the forwarded-header parsers behind `rl_tower::key::ClientIp` (the oracle is
+//! Fuzzes the forwarded-header parsers behind `ratewarden_tower::key::ClientIp` (the oracle is
 //! `tests::client_ip_case`): arbitrary bytes as `Forwarded`, `X-Forwarded-For` or `X-Real-IP`
 //! field lines from a trusted proxy must never panic, and must never resolve to an address
 //! that is neither the peer nor written in them; and when our proxies append their

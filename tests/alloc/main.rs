@@ -5,7 +5,7 @@
 
 use std::alloc::System;
 
-use rl_tower::key::{ClientIp, ForwardedHeader, KeyExtractor};
+use ratewarden_tower::key::{ClientIp, ForwardedHeader, KeyExtractor};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tests::{PROXIED_CLIENT, proxied_request};
 

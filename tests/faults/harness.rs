@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::{Request, Response, StatusCode};
-use rl_core::{Decision, Key, Quota, Store, StoreError, StoreErrorKind};
-use rl_store_redis::{RedisConfig, RedisStore};
-use rl_tower::RateLimitLayer;
-use rl_tower::breaker::{BreakerState, CircuitBreaker};
-use rl_tower::rate_limit::{FailureMode, ResponseBody};
+use ratewarden_core::{Decision, Key, Quota, Store, StoreError, StoreErrorKind};
+use ratewarden_redis::{RedisConfig, RedisStore};
+use ratewarden_tower::RateLimitLayer;
+use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
+use ratewarden_tower::rate_limit::{FailureMode, ResponseBody};
 use tower::util::BoxCloneService;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -513,14 +513,16 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    /// `rl_store_failures_total` of `kind` so far, over every breaker.
+    /// `ratewarden_store_failures_total` of `kind` so far, over every breaker.
     pub(crate) fn failures(&self, kind: StoreErrorKind) -> u64 {
         let mut failures = self.failures.lock().unwrap();
         for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
             let kind = key.key().labels().find(|l| l.key() == "kind");
-            if let (true, Some(kind), metrics_util::debugging::DebugValue::Counter(n)) =
-                (key.key().name() == "rl_store_failures_total", kind, value)
-            {
+            if let (true, Some(kind), metrics_util::debugging::DebugValue::Counter(n)) = (
+                key.key().name() == "ratewarden_store_failures_total",
+                kind,
+                value,
+            ) {
                 *failures.entry(kind.value().to_owned()).or_default() += n;
             }
         }

@@ -15,10 +15,10 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use harness::{Harness, Outcome, Report, config};
-use rl_core::{Key, KeyRepr, Quota, Store};
-use rl_store_memory::MemoryStore;
-use rl_store_redis::{RedisConfig, RedisStore};
-use rl_tower::rate_limit::FailureMode;
+use ratewarden_core::{Key, KeyRepr, Quota, Store};
+use ratewarden_memory::MemoryStore;
+use ratewarden_redis::{RedisConfig, RedisStore};
+use ratewarden_tower::rate_limit::FailureMode;
 use tests::proxy::{Fault, Proxy};
 use tests::redis_server::{RedisCluster, RedisServer, free_port};
 
@@ -454,7 +454,7 @@ fn query_as<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> T {
 /// and a log say why; once the server is fixed, Redis decides again without a restart.
 async fn refused_until_fixed(
     store_url: String,
-    kinds: &[rl_core::StoreErrorKind],
+    kinds: &[ratewarden_core::StoreErrorKind],
     fix: impl FnOnce(),
 ) {
     let recorder = harness::metrics();
@@ -476,10 +476,10 @@ async fn refused_until_fixed(
         report.errors
     );
     let after: u64 = kinds.iter().map(|&kind| recorder.failures(kind)).sum();
-    eprintln!("rl_store_failures_total {kinds:?}: {before} before, {after} after");
+    eprintln!("ratewarden_store_failures_total {kinds:?}: {before} before, {after} after");
     assert!(
         after > before,
-        "rl_store_failures_total{{kind={kinds:?}}} did not count"
+        "ratewarden_store_failures_total{{kind={kinds:?}}} did not count"
     );
 }
 
@@ -492,7 +492,7 @@ async fn a_password_the_store_lacks_fails_the_store_until_fixed() {
     let admin = format!("redis://:secret@127.0.0.1:{}", server.port());
     refused_until_fixed(
         server.url(),
-        &[rl_core::StoreErrorKind::Unauthorized],
+        &[ratewarden_core::StoreErrorKind::Unauthorized],
         || {
             let _: () = query_as(
                 &admin,
@@ -509,16 +509,20 @@ async fn a_wrong_password_fails_the_store_until_fixed() {
     let server = RedisServer::start_with(free_port(), &["--requirepass", "secret"]);
     let admin = format!("redis://:secret@127.0.0.1:{}", server.port());
     let wrong = format!("redis://:wrong@127.0.0.1:{}", server.port());
-    refused_until_fixed(wrong, &[rl_core::StoreErrorKind::Unauthorized], || {
-        // The server now takes the password the store has.
-        let _: () = query_as(
-            &admin,
-            redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("requirepass")
-                .arg("wrong"),
-        );
-    })
+    refused_until_fixed(
+        wrong,
+        &[ratewarden_core::StoreErrorKind::Unauthorized],
+        || {
+            // The server now takes the password the store has.
+            let _: () = query_as(
+                &admin,
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("requirepass")
+                    .arg("wrong"),
+            );
+        },
+    )
     .await;
 }
 
@@ -540,17 +544,21 @@ async fn a_user_without_script_permission_fails_the_store_until_granted() {
         )
         .unwrap();
     let limited = format!("redis://limited:pw@127.0.0.1:{}", server.port());
-    refused_until_fixed(limited, &[rl_core::StoreErrorKind::Unauthorized], || {
-        let _: () = server
-            .query(
-                redis::cmd("ACL")
-                    .arg("SETUSER")
-                    .arg("limited")
-                    .arg("+evalsha")
-                    .arg("+eval"),
-            )
-            .unwrap();
-    })
+    refused_until_fixed(
+        limited,
+        &[ratewarden_core::StoreErrorKind::Unauthorized],
+        || {
+            let _: () = server
+                .query(
+                    redis::cmd("ACL")
+                        .arg("SETUSER")
+                        .arg("limited")
+                        .arg("+evalsha")
+                        .arg("+eval"),
+                )
+                .unwrap();
+        },
+    )
     .await;
 }
 
@@ -566,8 +574,8 @@ async fn a_server_with_no_room_for_a_client_fails_the_store_until_fixed() {
     let _: String = redis::cmd("PING").query(&mut held).unwrap();
     // Refused at once, or waited for until the deadline while the client retries: either.
     let kinds = [
-        rl_core::StoreErrorKind::Connection,
-        rl_core::StoreErrorKind::Timeout,
+        ratewarden_core::StoreErrorKind::Connection,
+        ratewarden_core::StoreErrorKind::Timeout,
     ];
     refused_until_fixed(server.url(), &kinds, move || {
         let _: () = redis::cmd("CONFIG")
@@ -602,7 +610,7 @@ async fn a_server_demoted_behind_its_address_is_left_for_the_new_master() {
     assert!(
         report
             .errors
-            .contains_key(&rl_core::StoreErrorKind::ReadOnly),
+            .contains_key(&ratewarden_core::StoreErrorKind::ReadOnly),
         "{:?}",
         report.errors
     );

@@ -7,8 +7,8 @@ use std::alloc::System;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use rl_core::{Key, ManualClock, Quota, Timestamp};
-use rl_store_memory::MemoryStore;
+use ratewarden_core::{Key, ManualClock, Quota, Timestamp};
+use ratewarden_memory::MemoryStore;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
 /// The system allocator, counting (`stats_alloc`: a global allocator takes `unsafe` code,

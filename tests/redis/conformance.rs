@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use rl_core::{Algorithm, Decision, Key, Quota, Store};
-use rl_store_memory::MemoryStore;
+use ratewarden_core::{Algorithm, Decision, Key, Quota, Store};
+use ratewarden_memory::MemoryStore;
 use tests::redis_server::RedisServer;
 
 const ALGORITHMS: [Algorithm; 5] = [
@@ -174,7 +174,7 @@ async fn the_redis_store_conforms() {
 #[tokio::test]
 async fn the_redis_cluster_store_conforms() {
     let cluster = tests::redis_server::RedisCluster::start();
-    let store = rl_store_redis::RedisConfig::cluster(cluster.urls())
+    let store = ratewarden_redis::RedisConfig::cluster(cluster.urls())
         .prefix("conformance")
         .timeout(Duration::from_secs(10))
         .connect()
@@ -230,7 +230,7 @@ async fn the_redis_cluster_store_conforms() {
 #[tokio::test]
 async fn the_redis_pool_store_conforms() {
     let server = RedisServer::start();
-    let store = rl_store_redis::RedisConfig::new(server.url())
+    let store = ratewarden_redis::RedisConfig::new(server.url())
         .pool(4)
         .prefix("pool")
         .timeout(Duration::from_secs(10))

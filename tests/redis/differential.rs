@@ -1,15 +1,15 @@
-//! 100,000 random operations per algorithm through rl-core and through its Lua script on a
+//! 100,000 random operations per algorithm through ratewarden-core and through its Lua script on a
 //! real server, at the same (explicit) times, the clock stepping back now and then: identical
 //! decisions.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRng, TestRunner};
-use rl_core::algorithm::{
+use ratewarden_core::algorithm::{
     AlgorithmState, FixedWindowState, GcraState, SlidingLogState, SlidingWindowState,
     TokenBucketState,
 };
-use rl_core::{Algorithm, Decision, Key, Quota, Timestamp};
-use rl_store_redis::RedisStore;
+use ratewarden_core::{Algorithm, Decision, Key, Quota, Timestamp};
+use ratewarden_redis::RedisStore;
 use tests::redis_server::RedisServer;
 
 const OPERATIONS: usize = 100_000;
@@ -111,35 +111,35 @@ async fn differential(algorithm: Algorithm) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gcra_script_matches_rl_core() {
+async fn gcra_script_matches_ratewarden_core() {
     differential(Algorithm::Gcra).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn token_bucket_script_matches_rl_core() {
+async fn token_bucket_script_matches_ratewarden_core() {
     differential(Algorithm::TokenBucket).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fixed_window_script_matches_rl_core() {
+async fn fixed_window_script_matches_ratewarden_core() {
     differential(Algorithm::FixedWindow).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sliding_window_script_matches_rl_core() {
+async fn sliding_window_script_matches_ratewarden_core() {
     differential(Algorithm::SlidingWindow).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sliding_log_script_matches_rl_core() {
+async fn sliding_log_script_matches_ratewarden_core() {
     differential(Algorithm::SlidingLog).await;
 }
 
 /// 100,000 random operations over 2 to 4 random quotas (of any algorithms) on one key, at
-/// explicit times: Redis decides each quota exactly as `rl-core` does with a state of its own
+/// explicit times: Redis decides each quota exactly as `ratewarden-core` does with a state of its own
 /// per quota, as if the others did not exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interleaved_quotas_on_one_key_each_match_rl_core_alone() {
+async fn interleaved_quotas_on_one_key_each_match_ratewarden_core_alone() {
     let server = RedisServer::start();
     let store = crate::store(&server, "interleaved").await;
     let tasks: Vec<_> = (0..KEYS as u64)
@@ -183,7 +183,7 @@ async fn interleaved_quotas_on_one_key_each_match_rl_core_alone() {
     }
 }
 
-/// One `rl-core` state of any algorithm.
+/// One `ratewarden-core` state of any algorithm.
 enum AnyState {
     Gcra(GcraState),
     TokenBucket(TokenBucketState),

@@ -6,7 +6,7 @@ mod differential;
 mod scale;
 mod server;
 
-use rl_store_redis::{RedisConfig, RedisStore};
+use ratewarden_redis::{RedisConfig, RedisStore};
 use tests::redis_server::RedisServer;
 
 /// A server of this test's own, and a store on it with a prefix unique to the test.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rl_core::{Key, Quota, Store};
-use rl_store_redis::{HotKeys, RedisConfig, RedisStore};
+use ratewarden_core::{Key, Quota, Store};
+use ratewarden_redis::{HotKeys, RedisConfig, RedisStore};
 use tests::redis_server::{RedisCluster, RedisServer, script_calls};
 
 /// Loads the scripts (a first call costs `EVALSHA`, then `EVAL`), so that counts start clean.

@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use ratewarden_core::{Algorithm, Key, Quota, Store, StoreErrorKind};
+use ratewarden_redis::RedisStore;
 use redis::AsyncCommands;
-use rl_core::{Algorithm, Key, Quota, Store, StoreErrorKind};
-use rl_store_redis::RedisStore;
 use tests::redis_server::RedisServer;
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -36,7 +36,7 @@ fn two_runtimes_of_16_connections_admit_exactly_the_limit_on_one_key() {
                     let mut tasks = Vec::new();
                     for _ in 0..16 {
                         // Each its own connection.
-                        let store = rl_store_redis::RedisConfig::new(url.clone())
+                        let store = ratewarden_redis::RedisConfig::new(url.clone())
                             .timeout(Duration::from_secs(10))
                             .connect()
                             .await
@@ -279,7 +279,7 @@ async fn unreachable_redis_is_a_connection_error_and_bad_config_is_invalid_input
     assert!(err.is_connection() || err.is_timeout(), "{err}");
     let err = RedisStore::connect("not a url").await.unwrap_err();
     assert_eq!(err.kind(), StoreErrorKind::InvalidInput);
-    let err = rl_store_redis::RedisConfig::new("redis://127.0.0.1")
+    let err = ratewarden_redis::RedisConfig::new("redis://127.0.0.1")
         .prefix("a{b")
         .connect()
         .await
@@ -292,7 +292,7 @@ async fn unreachable_redis_is_a_connection_error_and_bad_config_is_invalid_input
 async fn a_zero_deadline_or_lease_period_is_refused_when_built() {
     // Reproduced: `lease(10, Duration::ZERO)` was accepted; every check took a batch from
     // Redis and the lease ended at once, so a 100/min quota admitted 10 of 100.
-    use rl_store_redis::RedisConfig;
+    use ratewarden_redis::RedisConfig;
     let url = "redis://127.0.0.1:1";
     let batch = std::num::NonZeroU32::new(10).unwrap();
     for (setting, config) in [
@@ -308,7 +308,7 @@ async fn a_zero_deadline_or_lease_period_is_refused_when_built() {
         (
             "hot-key hold",
             RedisConfig::new(url)
-                .hot_keys(rl_store_redis::HotKeys::adaptive(10, batch).hold(Duration::ZERO)),
+                .hot_keys(ratewarden_redis::HotKeys::adaptive(10, batch).hold(Duration::ZERO)),
         ),
     ] {
         let err = config.build().unwrap_err();
@@ -355,7 +355,7 @@ async fn calls_that_give_up_share_one_cluster_connect_attempt() {
             held.push(socket);
         }
     });
-    let store = rl_store_redis::RedisConfig::cluster([url])
+    let store = ratewarden_redis::RedisConfig::cluster([url])
         .timeout(Duration::from_millis(10))
         .connect_timeout(Duration::from_secs(5))
         .build()

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use http::Request;
-use rl_tower::key::{ClientIp, ForwardedHeader};
+use ratewarden_tower::key::{ClientIp, ForwardedHeader};
 
 /// One fuzz case for the forwarded-header parsers behind `ClientIp`; panics (failing the fuzz
 /// target or the replay test) when `ClientIp` resolves an address it must not.
@@ -200,7 +200,7 @@ pub const PROXIED_CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 11
 /// alone, whatever `len`.
 ///
 /// ```
-/// use rl_tower::key::{ClientIp, ForwardedHeader};
+/// use ratewarden_tower::key::{ClientIp, ForwardedHeader};
 /// let req = tests::proxied_request(ForwardedHeader::Forwarded, 40);
 /// assert_eq!(req.headers()["forwarded"].len(), 40);
 /// let client_ip = ClientIp::new(ForwardedHeader::Forwarded).trust("10.0.0.0/8".parse().unwrap());
@@ -260,7 +260,7 @@ pub mod proxy;
 ///
 /// ```
 /// # async fn demo() {
-/// use rl_core::{Key, Quota, Store};
+/// use ratewarden_core::{Key, Quota, Store};
 /// let failed = tests::Down.check(&Key::from(1_u64), &Quota::per_second(1).unwrap(), 1).await;
 /// assert!(failed.unwrap_err().is_connection());
 /// # }
@@ -268,29 +268,33 @@ pub mod proxy;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Down;
 
-impl rl_core::Store for Down {
+impl ratewarden_core::Store for Down {
     async fn check(
         &self,
-        _: &rl_core::Key,
-        _: &rl_core::Quota,
+        _: &ratewarden_core::Key,
+        _: &ratewarden_core::Quota,
         _: u32,
-    ) -> Result<rl_core::Decision, rl_core::StoreError> {
+    ) -> Result<ratewarden_core::Decision, ratewarden_core::StoreError> {
         Err(down())
     }
     async fn peek(
         &self,
-        _: &rl_core::Key,
-        _: &rl_core::Quota,
-    ) -> Result<rl_core::Decision, rl_core::StoreError> {
+        _: &ratewarden_core::Key,
+        _: &ratewarden_core::Quota,
+    ) -> Result<ratewarden_core::Decision, ratewarden_core::StoreError> {
         Err(down())
     }
-    async fn reset(&self, _: &rl_core::Key, _: &rl_core::Quota) -> Result<(), rl_core::StoreError> {
+    async fn reset(
+        &self,
+        _: &ratewarden_core::Key,
+        _: &ratewarden_core::Quota,
+    ) -> Result<(), ratewarden_core::StoreError> {
         Err(down())
     }
 }
 
-fn down() -> rl_core::StoreError {
-    rl_core::StoreError::new(rl_core::StoreErrorKind::Connection)
+fn down() -> ratewarden_core::StoreError {
+    ratewarden_core::StoreError::new(ratewarden_core::StoreErrorKind::Connection)
 }
 
 pub mod redis_server {

@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use axum::body::Body;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use rl_core::{Decision, Key, Quota, Store, StoreError, StoreErrorKind};
-use rl_tower::RateLimitLayer;
-use rl_tower::key::{Global, PeerIp};
-use rl_tower::rate_limit::{Denied, FailureMode};
+use ratewarden_core::{Decision, Key, Quota, Store, StoreError, StoreErrorKind};
+use ratewarden_tower::RateLimitLayer;
+use ratewarden_tower::key::{Global, PeerIp};
+use ratewarden_tower::rate_limit::{Denied, FailureMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{app, get_from, header, manual_store, send};
@@ -99,7 +99,7 @@ async fn costs_and_per_route_quotas() {
             Some(Key::from(format!(
                 "{}:{}",
                 req.uri().path(),
-                rl_tower::key::peer_addr(req)?.ip()
+                ratewarden_tower::key::peer_addr(req)?.ip()
             )))
         },
     )
@@ -259,7 +259,7 @@ async fn fail_closed_lets_allowlisted_keys_through() {
 async fn the_fallback_enforces_a_share_of_the_quota_while_the_store_fails() {
     // 8 per minute over 4 instances: each falls back to 2.
     let fallback = FailureMode::fallback(
-        rl_store_memory::MemoryStore::new(),
+        ratewarden_memory::MemoryStore::new(),
         std::num::NonZeroU32::new(4).unwrap(),
     );
     let layer = RateLimitLayer::new(Broken, Quota::per_minute(8).unwrap(), PeerIp::new())
@@ -283,7 +283,7 @@ async fn the_fallback_enforces_a_share_of_the_quota_while_the_store_fails() {
 async fn the_fallback_never_engages_on_a_healthy_denial() {
     let (store, _clock) = manual_store();
     let fallback = FailureMode::fallback(
-        rl_store_memory::MemoryStore::new(),
+        ratewarden_memory::MemoryStore::new(),
         std::num::NonZeroU32::new(1).unwrap(),
     );
     let layer = RateLimitLayer::new(store, Quota::per_minute(1).unwrap(), PeerIp::new())
@@ -300,7 +300,7 @@ async fn the_fallback_never_engages_on_a_healthy_denial() {
 
 #[tokio::test]
 async fn an_open_breaker_answers_with_the_failure_mode_without_asking_the_store() {
-    use rl_tower::breaker::{BreakerState, CircuitBreaker};
+    use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -393,10 +393,16 @@ fn outcomes_are_counted_through_the_metrics_facade() {
     assert_eq!(
         counts,
         [
-            ("rl_requests_total limit=api,outcome=allowed".to_owned(), 1),
-            ("rl_requests_total limit=api,outcome=denied".to_owned(), 1),
             (
-                "rl_requests_total limit=api,outcome=missing_key".to_owned(),
+                "ratewarden_requests_total limit=api,outcome=allowed".to_owned(),
+                1
+            ),
+            (
+                "ratewarden_requests_total limit=api,outcome=denied".to_owned(),
+                1
+            ),
+            (
+                "ratewarden_requests_total limit=api,outcome=missing_key".to_owned(),
                 1
             ),
         ]
@@ -405,7 +411,7 @@ fn outcomes_are_counted_through_the_metrics_facade() {
 
 #[tokio::test]
 async fn the_breaker_reports_each_transition_once_not_each_request() {
-    use rl_tower::breaker::CircuitBreaker;
+    use ratewarden_tower::breaker::CircuitBreaker;
     use std::sync::Arc;
 
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
@@ -425,12 +431,12 @@ async fn the_breaker_reports_each_transition_once_not_each_request() {
     }
     let transitions: Vec<(String, u64)> = counters(&snapshotter)
         .into_iter()
-        .filter(|(name, _)| name.starts_with("rl_breaker_transitions_total "))
+        .filter(|(name, _)| name.starts_with("ratewarden_breaker_transitions_total "))
         .collect();
     assert_eq!(
         transitions,
         [(
-            "rl_breaker_transitions_total breaker=redis,to=open".to_owned(),
+            "ratewarden_breaker_transitions_total breaker=redis,to=open".to_owned(),
             1
         )]
     );

@@ -1,10 +1,10 @@
 //! Client IPs behind proxies, and header values that must never panic.
 
 use http::StatusCode;
-use rl_core::Quota;
-use rl_tower::RateLimitLayer;
-use rl_tower::key::{ClientIp, ForwardedHeader, Header, PeerIp};
-use rl_tower::rate_limit::MissingKey;
+use ratewarden_core::Quota;
+use ratewarden_tower::RateLimitLayer;
+use ratewarden_tower::key::{ClientIp, ForwardedHeader, Header, PeerIp};
+use ratewarden_tower::rate_limit::MissingKey;
 
 use crate::support::{app, get_from, manual_store, send};
 
@@ -182,7 +182,7 @@ fn a_proxy_network_written_ipv4_mapped_is_trusted_for_its_ipv4_addresses() {
     // Reproduced: `::ffff:10.0.0.0/104` (as a dual-stack listener prints its peers) was
     // accepted but never matched, since peers are compared as IPv4: the header was ignored,
     // and every client behind the proxy shared the proxy's bucket.
-    use rl_tower::key::KeyExtractor;
+    use ratewarden_tower::key::KeyExtractor;
     for (network, peer) in [
         ("::ffff:10.0.0.0/104", "[::ffff:10.0.0.2]:443"),
         ("::ffff:10.0.0.0/104", "10.0.0.2:443"),
@@ -198,7 +198,7 @@ fn a_proxy_network_written_ipv4_mapped_is_trusted_for_its_ipv4_addresses() {
         };
         assert_eq!(
             key("203.0.113.1"),
-            Some(rl_core::Key::from(
+            Some(ratewarden_core::Key::from(
                 "203.0.113.1".parse::<std::net::IpAddr>().unwrap()
             )),
             "{network} from {peer}"
@@ -212,7 +212,7 @@ fn a_proxy_network_written_ipv4_mapped_is_trusted_for_its_ipv4_addresses() {
         let req = get_from("198.51.100.4:5000", "/", &[("x-forwarded-for", b"1.2.3.4")]);
         assert_eq!(
             extractor.extract(&req),
-            Some(rl_core::Key::from(
+            Some(ratewarden_core::Key::from(
                 "198.51.100.4".parse::<std::net::IpAddr>().unwrap()
             )),
             "{network}"
@@ -224,7 +224,7 @@ fn a_proxy_network_written_ipv4_mapped_is_trusted_for_its_ipv4_addresses() {
     let req = get_from("11.0.0.2:443", "/", &[("x-forwarded-for", b"203.0.113.1")]);
     assert_eq!(
         extractor.extract(&req),
-        Some(rl_core::Key::from(
+        Some(ratewarden_core::Key::from(
             "11.0.0.2".parse::<std::net::IpAddr>().unwrap()
         ))
     );

@@ -1,8 +1,8 @@
 //! gRPC through a real tonic server on loopback: denials are RESOURCE_EXHAUSTED.
 
-use rl_core::Quota;
-use rl_tower::RateLimitLayer;
-use rl_tower::key::PeerIp;
+use ratewarden_core::Quota;
+use ratewarden_tower::RateLimitLayer;
+use ratewarden_tower::key::PeerIp;
 use tonic::Code;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};

@@ -3,10 +3,10 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::StatusCode;
-use rl_core::Quota;
-use rl_tower::RateLimitLayer;
-use rl_tower::key::PeerIp;
-use rl_tower::rate_limit::HeaderStyle;
+use ratewarden_core::Quota;
+use ratewarden_tower::RateLimitLayer;
+use ratewarden_tower::key::PeerIp;
+use ratewarden_tower::rate_limit::HeaderStyle;
 
 use crate::support::{app, get_from, header, manual_store, send};
 

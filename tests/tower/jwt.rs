@@ -2,10 +2,10 @@
 
 use http::StatusCode;
 use jsonwebtoken::{EncodingKey, Header};
-use rl_core::{Key, Quota, Store};
-use rl_tower::RateLimitLayer;
-use rl_tower::key::{JwtClaim, PeerIp};
-use rl_tower::rate_limit::MissingKey;
+use ratewarden_core::{Key, Quota, Store};
+use ratewarden_tower::RateLimitLayer;
+use ratewarden_tower::key::{JwtClaim, PeerIp};
+use ratewarden_tower::rate_limit::MissingKey;
 
 use crate::support::{app, get_from, manual_store, send};
 
@@ -133,7 +133,7 @@ fn now_secs() -> u64 {
 fn a_token_is_no_key_before_its_nbf() {
     // Reproduced: a correctly signed token with `nbf` an hour ahead was a valid key (RFC 7519
     // 4.1.5: it MUST NOT be accepted before then).
-    use rl_tower::key::KeyExtractor;
+    use ratewarden_tower::key::KeyExtractor;
     let now = now_secs();
     for alg in [
         jsonwebtoken::Algorithm::HS256,
@@ -163,7 +163,7 @@ fn a_token_is_no_key_before_its_nbf() {
 #[test]
 fn tokens_with_an_audience_are_keys_and_audience_and_issuer_are_checked_when_set() {
     // Reproduced: every token carrying `aud` (most identity providers set it) was no key.
-    use rl_tower::key::KeyExtractor;
+    use ratewarden_tower::key::KeyExtractor;
     let exp = now_secs() + 3_600;
     // Shaped like the common providers' tokens: `aud` a string (Auth0 with one API, Okta,
     // Keycloak) or an array (Auth0 with several, Azure AD v1 apps).

@@ -6,8 +6,8 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use rl_core::{ManualClock, Timestamp};
-use rl_store_memory::MemoryStore;
+use ratewarden_core::{ManualClock, Timestamp};
+use ratewarden_memory::MemoryStore;
 use tower::ServiceExt;
 
 /// A memory store on a manual clock that starts at a whole second (2023-11-14T22:13:20Z).

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use governor::{Quota as GovQuota, RateLimiter};
-use rl_core::{Key, Quota};
-use rl_store_memory::MemoryStore;
+use ratewarden_core::{Key, Quota};
+use ratewarden_memory::MemoryStore;
 
 fn report(name: &str, flood: Duration, mut samples: Vec<Duration>) {
     samples.sort_unstable();

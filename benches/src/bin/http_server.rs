@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use rl_tower::key::PeerIp;
-use rl_tower::rate_limit::HeaderStyle;
-use rl_tower::{MemoryStore, Quota, RateLimitLayer};
+use ratewarden_tower::key::PeerIp;
+use ratewarden_tower::rate_limit::HeaderStyle;
+use ratewarden_tower::{MemoryStore, Quota, RateLimitLayer};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 
@@ -84,7 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let quota = Quota::per_second(per_second)?.with_burst(burst)?;
             // Connect on the runtime that serves: the connection's driver runs there.
             let store = runtime.block_on(
-                rl_tower::RedisConfig::new(url)
+                ratewarden_tower::RedisConfig::new(url)
                     .prefix("http-bench")
                     .connect(),
             )?;

@@ -7,13 +7,13 @@
 
 use std::time::{Duration, Instant};
 
-use rl_core::{Key, Quota, Store};
-use rl_store_redis::{RedisConfig, RedisStore};
+use ratewarden_core::{Key, Quota, Store};
+use ratewarden_redis::{RedisConfig, RedisStore};
 
 /// The GCRA script the store runs, for the bare loop.
 const GCRA: &str = concat!(
-    include_str!("../../../crates/rl-store-redis/src/lua/prelude.lua"),
-    include_str!("../../../crates/rl-store-redis/src/lua/gcra.lua")
+    include_str!("../../../crates/ratewarden-redis/src/lua/prelude.lua"),
+    include_str!("../../../crates/ratewarden-redis/src/lua/gcra.lua")
 );
 
 /// The bare loop's connection: to one server, or to the cluster.
@@ -197,11 +197,11 @@ async fn memory_usage(store: &RedisStore, url: &str) -> Result<(), Box<dyn std::
     println!("| algorithm | Redis type | MEMORY USAGE per key (bytes) |");
     println!("|---|---|---:|");
     for algorithm in [
-        rl_core::Algorithm::Gcra,
-        rl_core::Algorithm::TokenBucket,
-        rl_core::Algorithm::FixedWindow,
-        rl_core::Algorithm::SlidingWindow,
-        rl_core::Algorithm::SlidingLog,
+        ratewarden_core::Algorithm::Gcra,
+        ratewarden_core::Algorithm::TokenBucket,
+        ratewarden_core::Algorithm::FixedWindow,
+        ratewarden_core::Algorithm::SlidingWindow,
+        ratewarden_core::Algorithm::SlidingLog,
     ] {
         let quota = Quota::per_hour(100)?.with_algorithm(algorithm)?;
         let mut total = 0u64;

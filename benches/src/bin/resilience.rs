@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use http::{Request, Response, StatusCode};
-use rl_core::{Decision, Key, Quota, Store, StoreError};
-use rl_tower::breaker::{BreakerState, CircuitBreaker};
-use rl_tower::key::Global;
-use rl_tower::rate_limit::FailureMode;
-use rl_tower::{MemoryStore, RateLimitLayer, RedisConfig};
+use ratewarden_core::{Decision, Key, Quota, Store, StoreError};
+use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
+use ratewarden_tower::key::Global;
+use ratewarden_tower::rate_limit::FailureMode;
+use ratewarden_tower::{MemoryStore, RateLimitLayer, RedisConfig};
 use tests::Down;
 use tests::redis_server::RedisServer;
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -76,8 +76,10 @@ async fn latency_while_open() {
 
 async fn measure<S>(service: S, n: usize) -> Vec<Duration>
 where
-    S: Service<Request<()>, Response = Response<rl_tower::rate_limit::ResponseBody<String>>>
-        + Clone,
+    S: Service<
+            Request<()>,
+            Response = Response<ratewarden_tower::rate_limit::ResponseBody<String>>,
+        > + Clone,
     S::Error: std::fmt::Debug,
 {
     let mut samples = Vec::with_capacity(n);

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rl_core::{Key, Quota, Store};
-use rl_store_memory::MemoryStore;
-use rl_store_redis::{HotKeys, RedisConfig, RedisStore};
+use ratewarden_core::{Key, Quota, Store};
+use ratewarden_memory::MemoryStore;
+use ratewarden_redis::{HotKeys, RedisConfig, RedisStore};
 use tests::redis_server::RedisServer;
 
 const GATEWAYS: usize = 4;

@@ -1,0 +1,582 @@
+//! [`MemoryStore`] and its builder.
+
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::sync::OnceLock;
+
+use ratewarden_core::algorithm::{
+    AlgorithmState, FixedWindowState, GcraState, SlidingLogState, SlidingWindowState,
+    TokenBucketState,
+};
+use ratewarden_core::{
+    Algorithm, Clock, Decision, Info, Key, KeyRepr, MonotonicClock, Quota, Store, StoreError,
+    Timestamp,
+};
+
+use crate::keys::{AnyKey, StoredBytes, StoredKey};
+use crate::limits::{KindTables, LimitTables, Limits, OverflowTable, Placed};
+use crate::slot::{Locked, Slot, gcra_check};
+use crate::table::Table;
+
+/// How many entries a new key may have evicted from other shards than its own, when its own
+/// has nothing left.
+const EVICT_ELSEWHERE: usize = 8;
+
+/// The default memory bound: 64 MiB (about 1,800,000 GCRA keys of integers or addresses, or
+/// 900,000 of short strings).
+const DEFAULT_MAX_MEMORY: usize = 64 << 20;
+
+/// An in-process [`Store`]: a sharded map of key -> compact state, bounded in bytes, with no
+/// background thread. Clones share one map.
+///
+/// See the [crate documentation](crate) for how memory is bounded and keys are forgotten.
+///
+/// ```
+/// use ratewarden_core::{Key, ManualClock, Quota, Store};
+/// use ratewarden_memory::MemoryStore;
+/// use std::time::Duration;
+///
+/// # tokio_test();
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn tokio_test() {
+/// let clock = ManualClock::default();
+/// let store = MemoryStore::builder().clock(clock.clone()).build();
+/// let quota = Quota::per_second(1).unwrap();
+/// let key = Key::from(42u64);
+///
+/// assert!(store.check(&key, &quota, 1).await.unwrap().is_allowed());
+/// let denied = store.check(&key, &quota, 1).await.unwrap();
+/// assert_eq!(denied.info().retry_after(), Duration::from_secs(1));
+/// clock.advance(Duration::from_secs(1));
+/// assert!(store.clone().check(&key, &quota, 1).await.unwrap().is_allowed());
+/// # }
+/// ```
+pub struct MemoryStore<C = MonotonicClock> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C> Clone for MemoryStore<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+struct Inner<C> {
+    clock: C,
+    limits: Limits,
+}
+
+impl<C> fmt::Debug for MemoryStore<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("len", &self.len())
+            .field("memory", &self.memory())
+            .field("max_memory", &self.inner.limits.budget.max())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryStore {
+    /// A store with the default bound (64 MiB) and a [`MonotonicClock`].
+    ///
+    /// ```
+    /// let store = ratewarden_memory::MemoryStore::new();
+    /// assert_eq!(store.len(), 0);
+    /// ```
+    #[must_use]
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// A builder to set the bound or the clock.
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// let store = ratewarden_memory::MemoryStore::builder()
+    ///     .max_memory(NonZeroUsize::new(16 << 20).unwrap())
+    ///     .build();
+    /// # drop(store);
+    /// ```
+    pub fn builder() -> MemoryStoreBuilder {
+        MemoryStoreBuilder {
+            max_memory: DEFAULT_MAX_MEMORY,
+            clock: MonotonicClock::new(),
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C> MemoryStore<C> {
+    /// How many keys hold state (including ones not yet swept after they became fresh).
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Quota};
+    /// let store = ratewarden_memory::MemoryStore::new();
+    /// store.check_sync(&Key::from(1u64), &Quota::per_second(1)?, 1);
+    /// assert_eq!(store.len(), 1);
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.inner.limits.budget.keys()
+    }
+
+    /// Whether no key holds state.
+    ///
+    /// ```
+    /// assert!(ratewarden_memory::MemoryStore::new().is_empty());
+    /// ```
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes the store holds now, as counted against its
+    /// [bound](MemoryStoreBuilder::max_memory): its tables' allocations and what their keys
+    /// own, never more than the bound.
+    ///
+    /// ```
+    /// let store = ratewarden_memory::MemoryStore::new();
+    /// assert!(store.memory() > 0); // the directory of limits
+    /// ```
+    #[must_use]
+    pub fn memory(&self) -> usize {
+        self.inner.limits.budget.used()
+    }
+
+    /// How many keys were forgotten before their state was fresh, to make room for new keys
+    /// in a full store. Each gave its key back what it had spent and not yet regained (see
+    /// the [crate documentation](crate)): a number to watch, and to size the store by.
+    ///
+    /// ```
+    /// assert_eq!(ratewarden_memory::MemoryStore::new().evictions(), 0);
+    /// ```
+    #[must_use]
+    pub fn evictions(&self) -> u64 {
+        self.inner.limits.budget.evictions()
+    }
+}
+
+impl<C: Clock> MemoryStore<C> {
+    /// Checks `cost` against `key` under `quota` now, synchronously: the same decision
+    /// [`Store::check`] returns, without a future.
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Quota};
+    /// let store = ratewarden_memory::MemoryStore::new();
+    /// let quota = Quota::per_minute(10)?;
+    /// let decision = store.check_sync(&Key::from("a"), &quota, 3);
+    /// assert_eq!(decision.info().remaining(), 7);
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn check_sync(&self, key: &Key, quota: &Quota, cost: u32) -> Decision {
+        let now = self.inner.clock.now();
+        self.inner.run(key, quota, now, Op::Check(cost))
+    }
+
+    /// Forgets every key whose state equals a fresh one now; returns how many. Never needed
+    /// for correctness or bounds (the store sweeps a few entries per new key), but frees
+    /// memory after a burst of keys at a chosen moment.
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, ManualClock, Quota};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::default();
+    /// let store = ratewarden_memory::MemoryStore::builder().clock(clock.clone()).build();
+    /// store.check_sync(&Key::from(1u64), &Quota::per_second(1)?, 1);
+    /// assert_eq!(store.sweep(), 0); // still counted: not fresh yet
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(store.sweep(), 1);
+    /// assert!(store.is_empty());
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    pub fn sweep(&self) -> usize {
+        let now = self.inner.clock.now().as_micros();
+        self.inner.limits.sweep_all(now)
+    }
+}
+
+/// One operation on one key's state: what, under which quota, when.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    quota: &'a Quota,
+    now: Timestamp,
+    op: Op,
+}
+
+/// What to do with a key's state.
+#[derive(Clone, Copy)]
+enum Op {
+    Check(u32),
+    Peek,
+    Remove,
+}
+
+/// What an operation found.
+enum Outcome {
+    Decided(Decision),
+    /// Peek or remove of a key without state.
+    Absent,
+    Removed,
+}
+
+/// A slot that decides: GCRA's atomic, or any other algorithm's locked state.
+trait Decide: Slot {
+    /// Checks at `now`, a reading of `clock` taken before. A reading of a monotonic clock
+    /// that finds the state ahead of it is stale, never a step back: the state is not pulled
+    /// back to it.
+    fn check<C: Clock>(&self, now: Timestamp, cost: u32, quota: &Quota, clock: &C) -> Decision;
+    fn peek(&self, now: Timestamp, quota: &Quota) -> Decision;
+    /// A peek at a key without state.
+    fn peek_fresh(now: Timestamp, quota: &Quota) -> Decision;
+}
+
+impl Decide for AtomicU64 {
+    #[inline]
+    fn check<C: Clock>(&self, now: Timestamp, cost: u32, quota: &Quota, clock: &C) -> Decision {
+        gcra_check(self, now, cost, quota, clock.is_monotonic())
+    }
+
+    fn peek(&self, now: Timestamp, quota: &Quota) -> Decision {
+        let tat = self.load(std::sync::atomic::Ordering::Acquire);
+        GcraState { tat }.peek(now, quota)
+    }
+
+    fn peek_fresh(now: Timestamp, quota: &Quota) -> Decision {
+        GcraState::default().peek(now, quota)
+    }
+}
+
+impl<S: AlgorithmState> Decide for Locked<S>
+where
+    Self: Slot,
+{
+    fn check<C: Clock>(&self, now: Timestamp, cost: u32, quota: &Quota, clock: &C) -> Decision {
+        self.update(quota, |state| {
+            // Under the lock, a monotonic clock read again is never behind the readings that
+            // decided before: the state is never ahead of it.
+            let now = if clock.is_monotonic() {
+                clock.now()
+            } else {
+                now
+            };
+            state.check(now, cost, quota)
+        })
+    }
+
+    fn peek(&self, now: Timestamp, quota: &Quota) -> Decision {
+        self.lock().0.peek(now, quota)
+    }
+
+    fn peek_fresh(now: Timestamp, quota: &Quota) -> Decision {
+        S::default().peek(now, quota)
+    }
+}
+
+/// Runs `$body` with `$kinds` (the limit's tables) and `$overflow` (the overflow table) of
+/// the limit's algorithm, whatever its slot type.
+macro_rules! with_tables {
+    ($limits:expr, $tables:expr, |$kinds:ident, $overflow:ident| $body:expr) => {
+        match $tables {
+            LimitTables::Gcra($kinds) => {
+                let $overflow = &$limits.overflow.gcra;
+                $body
+            }
+            LimitTables::TokenBucket($kinds) => {
+                let $overflow = &$limits.overflow.token_bucket;
+                $body
+            }
+            LimitTables::FixedWindow($kinds) => {
+                let $overflow = &$limits.overflow.fixed_window;
+                $body
+            }
+            LimitTables::SlidingWindow($kinds) => {
+                let $overflow = &$limits.overflow.sliding_window;
+                $body
+            }
+            LimitTables::SlidingLog($kinds) => {
+                let $overflow = &$limits.overflow.sliding_log;
+                $body
+            }
+        }
+    };
+}
+
+impl<C: Clock> Inner<C> {
+    #[inline]
+    fn run(&self, key: &Key, quota: &Quota, now: Timestamp, op: Op) -> Decision {
+        let ask = Ask { quota, now, op };
+        match self.apply(key, ask) {
+            Outcome::Decided(decision) => decision,
+            // A key without state peeks like a fresh one.
+            Outcome::Absent | Outcome::Removed => match quota.algorithm() {
+                Algorithm::Gcra => AtomicU64::peek_fresh(now, quota),
+                Algorithm::TokenBucket => Locked::<TokenBucketState>::peek_fresh(now, quota),
+                Algorithm::FixedWindow => Locked::<FixedWindowState>::peek_fresh(now, quota),
+                Algorithm::SlidingWindow => Locked::<SlidingWindowState>::peek_fresh(now, quota),
+                _ => Locked::<SlidingLogState>::peek_fresh(now, quota),
+            },
+        }
+    }
+
+    #[inline]
+    fn apply(&self, key: &Key, ask: Ask<'_>) -> Outcome {
+        let limits = &self.limits;
+        let create = matches!(ask.op, Op::Check(_));
+        if let Some(limit) = limits.find(key.scope(), ask.quota, create) {
+            return with_tables!(limits, &limit.tables, |kinds, overflow| {
+                self.in_kinds(kinds, overflow, limit.id, key, ask)
+            });
+        }
+        // No slot in the directory: the overflow tables, with the limit in every key.
+        let any = AnyKey::new(key.limit_id(ask.quota), key);
+        let overflow = &limits.overflow;
+        match ask.quota.algorithm() {
+            Algorithm::Gcra => self.in_overflow(&overflow.gcra, &any, ask),
+            Algorithm::TokenBucket => self.in_overflow(&overflow.token_bucket, &any, ask),
+            Algorithm::FixedWindow => self.in_overflow(&overflow.fixed_window, &any, ask),
+            Algorithm::SlidingWindow => self.in_overflow(&overflow.sliding_window, &any, ask),
+            _ => self.in_overflow(&overflow.sliding_log, &any, ask),
+        }
+    }
+
+    /// In the limit's table for the key's kind.
+    #[inline]
+    fn in_kinds<V: Decide>(
+        &self,
+        kinds: &KindTables<V>,
+        overflow: &OverflowTable<V>,
+        id: u64,
+        key: &Key,
+        ask: Ask<'_>,
+    ) -> Outcome {
+        let elsewhere = || Elsewhere { overflow, id, key };
+        match key.repr() {
+            KeyRepr::Int(n) => self.in_place(&kinds.int, elsewhere(), &n, || n, ask),
+            KeyRepr::Ip(ip) => self.in_place(&kinds.ip, elsewhere(), ip, || *ip, ask),
+            KeyRepr::Bytes(b) => {
+                self.in_place(&kinds.bytes, elsewhere(), b, || StoredBytes::new(b), ask)
+            }
+            KeyRepr::Digest(d) => self.in_place(&kinds.digest, elsewhere(), d, || *d, ask),
+        }
+    }
+
+    /// In the table where keys of this kind of this limit live: its own, or the overflow.
+    #[inline]
+    fn in_place<K, Q, V>(
+        &self,
+        cell: &OnceLock<Placed<K, V>>,
+        elsewhere: Elsewhere<'_, V>,
+        probe: &Q,
+        make: impl Fn() -> K,
+        ask: Ask<'_>,
+    ) -> Outcome
+    where
+        K: StoredKey + Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+        V: Decide,
+    {
+        let placed = match ask.op {
+            Op::Check(_) => self.limits.placed(cell),
+            Op::Peek | Op::Remove => match cell.get() {
+                Some(placed) => placed,
+                None => return Outcome::Absent,
+            },
+        };
+        match placed {
+            Placed::Own(table) => self.in_table(table, probe, make, ask),
+            Placed::Overflow => {
+                let any = AnyKey::new(elsewhere.id, elsewhere.key);
+                self.in_overflow(elsewhere.overflow, &any, ask)
+            }
+        }
+    }
+
+    fn in_overflow<V: Decide>(
+        &self,
+        cell: &OverflowTable<V>,
+        key: &AnyKey,
+        ask: Ask<'_>,
+    ) -> Outcome {
+        let table = match ask.op {
+            Op::Check(_) => self.limits.overflow(cell),
+            Op::Peek | Op::Remove => cell.get().and_then(Option::as_ref),
+        };
+        match table {
+            Some(table) => self.in_table(table, key, || key.clone(), ask),
+            None if matches!(ask.op, Op::Check(_)) => Outcome::Decided(self.refuse(ask.quota)),
+            None => Outcome::Absent,
+        }
+    }
+
+    #[inline]
+    fn in_table<K, Q, V>(
+        &self,
+        table: &Table<K, V>,
+        probe: &Q,
+        make: impl Fn() -> K,
+        ask: Ask<'_>,
+    ) -> Outcome
+    where
+        K: StoredKey + Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+        V: Decide,
+    {
+        let Ask { quota, now, op } = ask;
+        let hash = table.hash(probe);
+        match op {
+            Op::Check(cost) => {
+                let check = |slot: &V| slot.check(now, cost, quota, &self.clock);
+                if let Some(decision) = table.get(hash, probe, check) {
+                    return Outcome::Decided(decision);
+                }
+                // Seen for the first time: make room for it (see `Table`), then decide.
+                let now_us = now.as_micros();
+                self.limits.sweep_step(now_us);
+                let entry = || (make(), V::new(quota));
+                let budget = &self.limits.budget;
+                let mut decided = table.get_or_insert(hash, probe, entry, now_us, budget, check);
+                // The key's shard had nothing left to evict, while others hold the bound:
+                // evict elsewhere (a few times: one entry may not free enough), then again.
+                for _ in 0..EVICT_ELSEWHERE {
+                    if decided.is_some() || !self.limits.evict_any(now_us) {
+                        break;
+                    }
+                    decided = table.get_or_insert(hash, probe, entry, now_us, budget, check);
+                }
+                Outcome::Decided(decided.unwrap_or_else(|| self.refuse(quota)))
+            }
+            Op::Peek => table
+                .get(hash, probe, |slot| slot.peek(now, quota))
+                .map_or(Outcome::Absent, Outcome::Decided),
+            Op::Remove => {
+                table.remove(hash, probe, &self.limits.budget);
+                Outcome::Removed
+            }
+        }
+    }
+
+    /// The decision for a new key the store could make no room for: denied for a second (or
+    /// the quota's period, if shorter). Only a store whose bound is too small for a new
+    /// limit's tables, or for one key's state, refuses: see the crate docs.
+    #[cold]
+    fn refuse(&self, quota: &Quota) -> Decision {
+        let wait = quota.period().min(Duration::from_secs(1));
+        Decision::Denied(Info::new(u64::from(quota.burst()), 0, wait, wait))
+    }
+}
+
+/// Where a key goes when its limit keeps keys of its kind in the overflow table.
+struct Elsewhere<'a, V> {
+    overflow: &'a OverflowTable<V>,
+    id: u64,
+    key: &'a Key,
+}
+
+impl<C: Clock> Store for MemoryStore<C> {
+    /// Always decides at once: the memory store never waits.
+    #[inline]
+    fn check_ready(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+    ) -> Option<Result<Decision, StoreError>> {
+        Some(Ok(self.check_sync(key, quota, cost)))
+    }
+
+    async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
+        Ok(self.check_sync(key, quota, cost))
+    }
+
+    async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
+        let now = self.inner.clock.now();
+        Ok(self.inner.run(key, quota, now, Op::Peek))
+    }
+
+    async fn reset(&self, key: &Key, quota: &Quota) -> Result<(), StoreError> {
+        let now = self.inner.clock.now();
+        let _ = self.inner.run(key, quota, now, Op::Remove);
+        Ok(())
+    }
+}
+
+/// Configures a [`MemoryStore`]; made by [`MemoryStore::builder`].
+///
+/// ```
+/// use ratewarden_core::ManualClock;
+/// use ratewarden_memory::MemoryStore;
+/// use std::num::NonZeroUsize;
+///
+/// let store = MemoryStore::builder()
+///     .max_memory(NonZeroUsize::new(8 << 20).unwrap())
+///     .clock(ManualClock::default())
+///     .build();
+/// # drop(store);
+/// ```
+#[derive(Debug)]
+#[must_use]
+pub struct MemoryStoreBuilder<C = MonotonicClock> {
+    max_memory: usize,
+    clock: C,
+}
+
+impl<C: Clock> MemoryStoreBuilder<C> {
+    /// The most memory the store's state may take, in bytes (default 64 MiB; at least 256
+    /// KiB, which smaller values are raised to). See the [crate documentation](crate) for
+    /// what is counted and what happens when it is reached.
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// let builder = ratewarden_memory::MemoryStore::builder()
+    ///     .max_memory(NonZeroUsize::new(1 << 30).unwrap());
+    /// # drop(builder);
+    /// ```
+    pub fn max_memory(mut self, bytes: NonZeroUsize) -> Self {
+        self.max_memory = bytes.get();
+        self
+    }
+
+    /// The clock to decide by (default [`MonotonicClock`]); a [`ManualClock`](ratewarden_core::ManualClock)
+    /// in tests.
+    ///
+    /// ```
+    /// let builder = ratewarden_memory::MemoryStore::builder().clock(ratewarden_core::ManualClock::default());
+    /// # drop(builder);
+    /// ```
+    pub fn clock<C2: Clock>(self, clock: C2) -> MemoryStoreBuilder<C2> {
+        MemoryStoreBuilder {
+            max_memory: self.max_memory,
+            clock,
+        }
+    }
+
+    /// Builds the store.
+    ///
+    /// ```
+    /// let store = ratewarden_memory::MemoryStore::builder().build();
+    /// assert!(store.is_empty());
+    /// ```
+    pub fn build(self) -> MemoryStore<C> {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                clock: self.clock,
+                limits: Limits::new(self.max_memory.max(Limits::MIN_BYTES)),
+            }),
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! [`RedisConfig`]: how to reach Redis, and what the store keeps in front of it.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratewarden_core::{MonotonicClock, StoreError, StoreErrorKind};
+use redis::aio::ConnectionManagerConfig;
+
+use crate::connection::{Connection, LazyCluster, Single};
+use crate::deny_cache::DenyCache;
+use crate::hot_keys::{HotKeyState, HotKeys};
+use crate::lease::{LeasePolicy, Leases};
+use crate::script::MAX_PREFIX_LEN;
+use crate::store::{Local, RedisStore};
+
+/// How to reach Redis. Every timeout is explicit; the defaults are small so that a hung Redis
+/// never holds a request for long.
+///
+/// ```
+/// use ratewarden_redis::RedisConfig;
+/// use std::time::Duration;
+///
+/// let config = RedisConfig::new("redis://127.0.0.1:6379")
+///     .prefix("api-limits")
+///     .timeout(Duration::from_millis(20));
+/// # drop(config);
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct RedisConfig {
+    url: String,
+    cluster: Option<Vec<String>>,
+    pool: Option<usize>,
+    prefix: String,
+    connect_timeout: Duration,
+    timeout: Duration,
+    skew_warning: Duration,
+    deny_cache: usize,
+    lease: Option<LeasePolicy>,
+    hot_keys: HotKeys,
+}
+
+impl RedisConfig {
+    /// Redis at `url` (`redis://host:port/db`), key prefix `rl`, a deadline of 50 ms per call,
+    /// connect timeout 1 s.
+    ///
+    /// ```
+    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:6379");
+    /// # drop(config);
+    /// ```
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            cluster: None,
+            pool: None,
+            prefix: "rl".to_owned(),
+            connect_timeout: Duration::from_secs(1),
+            timeout: DEFAULT_TIMEOUT,
+            deny_cache: DEFAULT_DENY_CACHE,
+            lease: None,
+            hot_keys: HotKeys::default(),
+            skew_warning: Duration::from_millis(100),
+        }
+    }
+
+    /// A Redis Cluster, reached through any of `nodes` (`redis://host:port` each). Every key's
+    /// state lives on the node owning its hash tag; `MOVED` and `ASK` redirections and failovers
+    /// are followed by the client.
+    ///
+    /// ```
+    /// let config = ratewarden_redis::RedisConfig::cluster([
+    ///     "redis://10.0.0.1:7000",
+    ///     "redis://10.0.0.2:7000",
+    /// ]);
+    /// # drop(config);
+    /// ```
+    pub fn cluster<I: IntoIterator<Item = S>, S: Into<String>>(nodes: I) -> Self {
+        let nodes: Vec<String> = nodes.into_iter().map(Into::into).collect();
+        Self {
+            cluster: Some(nodes.clone()),
+            ..Self::new(nodes.first().cloned().unwrap_or_default())
+        }
+    }
+
+    /// Use a `deadpool-redis` pool of up to `max_size` connections instead of the default single
+    /// multiplexed connection. Measured here (BENCHMARKS.md), the multiplexed connection is
+    /// faster: every checkout from the pool costs a round trip of its own (deadpool pings a
+    /// connection before handing it out). A pool isolates slow scripts from one another, and
+    /// its checkouts count against the call's [deadline](Self::timeout); creating and recycling a connection at
+    /// most the connect timeout.
+    ///
+    /// ```
+    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:6379").pool(16);
+    /// # drop(config);
+    /// ```
+    pub const fn pool(mut self, max_size: usize) -> Self {
+        self.pool = Some(max_size);
+        self
+    }
+
+    /// The prefix of every key (default `rl`): 1 to 32 bytes without `{`, `}` or whitespace.
+    ///
+    /// ```
+    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1").prefix("tenant-a");
+    /// # drop(config);
+    /// ```
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long one attempt to open a connection may take (default 1 s). A call never waits
+    /// past its [deadline](Self::timeout) for it: the attempt goes on for the calls after.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1")
+    ///     .connect_timeout(Duration::from_millis(250));
+    /// # drop(config);
+    /// ```
+    pub const fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The deadline of every call, from its start to its decision (default 50 ms): waiting for a
+    /// pooled connection, reconnecting, reloading a flushed script and the round trip all count.
+    /// Past it, the call fails with [`StoreErrorKind::Timeout`] and the layer's failure mode
+    /// answers. Redis answers a healthy check in well under a millisecond; the deadline is for
+    /// a Redis that is stopped, paused, busy or unreachable.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1")
+    ///     .timeout(Duration::from_millis(20));
+    /// # drop(config);
+    /// ```
+    pub const fn timeout(mut self, deadline: Duration) -> Self {
+        self.timeout = deadline;
+        self
+    }
+
+    /// How many denied keys this gateway remembers (default 100,000; 0 turns the cache off).
+    /// Once Redis denies a key, checks of it are answered here, without a round trip, until
+    /// the denial's retry time: a blocked key, however hot, costs Redis one call per retry
+    /// period instead of one per request. Never admits more: see the crate docs.
+    ///
+    /// ```
+    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1").deny_cache(10_000);
+    /// # drop(config);
+    /// ```
+    pub const fn deny_cache(mut self, max_keys: usize) -> Self {
+        self.deny_cache = max_keys;
+        self
+    }
+
+    /// Leases tokens (off by default): a check that finds no lease here takes up to `batch`
+    /// of the key's quota from Redis in one round trip (never more than the quota's burst, and
+    /// what is left if less, as long as it covers the check), and the rest of the batch is
+    /// admitted locally until `period` has passed. Fewer round trips, at a bounded cost in
+    /// accuracy: across a fleet, any interval admits at most
+    /// `min(rate × period, gateways × batch)` more than the quota (the crate docs derive it);
+    /// tokens unspent at the end of a period are forgotten.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1")
+    ///     .lease(NonZeroU32::new(10).unwrap(), Duration::from_millis(100));
+    /// # drop(config);
+    /// ```
+    pub const fn lease(mut self, batch: NonZeroU32, period: Duration) -> Self {
+        self.lease = Some(LeasePolicy { batch, period });
+        self
+    }
+
+    /// Splits hot keys over sub-counters (default: never); see [`HotKeys`].
+    ///
+    /// ```
+    /// use ratewarden_redis::{HotKeys, RedisConfig};
+    /// use std::num::NonZeroU32;
+    /// let config = RedisConfig::new("redis://127.0.0.1")
+    ///     .hot_keys(HotKeys::adaptive(1_000, NonZeroU32::new(16).unwrap()));
+    /// # drop(config);
+    /// ```
+    pub const fn hot_keys(mut self, hot_keys: HotKeys) -> Self {
+        self.hot_keys = hot_keys;
+        self
+    }
+
+    /// Past how much clock skew between this host and Redis
+    /// [`RedisStore::measure_clock_skew`] logs a warning (default 100 ms). The store's
+    /// decisions never depend on this host's clock; other parts of the service may.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1")
+    ///     .clock_skew_warning(Duration::from_millis(50));
+    /// # drop(config);
+    /// ```
+    pub const fn clock_skew_warning(mut self, threshold: Duration) -> Self {
+        self.skew_warning = threshold;
+        self
+    }
+
+    /// Connects, checks that Redis answers within the [deadline](Self::timeout), and
+    /// measures the clock skew once: for a service that should not start without Redis.
+    ///
+    /// # Errors
+    ///
+    /// As [`build`](Self::build), and a [`StoreError`] of kind
+    /// [`Connection`](StoreErrorKind::Connection) or [`Timeout`](StoreErrorKind::Timeout) when
+    /// Redis cannot be reached.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), ratewarden_core::StoreError> {
+    /// let store = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:6379").connect().await?;
+    /// # drop(store); Ok(()) }
+    /// ```
+    pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        let store = self.build()?;
+        store.measure_clock_skew().await?;
+        Ok(store)
+    }
+
+    /// The store, without touching the network: it connects on its first call, and a call
+    /// made while Redis is down fails within its deadline (so the layer's failure mode
+    /// answers) until Redis is up. For a service that must start, and serve, without Redis.
+    /// Call it from within a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] of kind [`InvalidInput`](StoreErrorKind::InvalidInput), with a
+    /// [`ConfigError`] as its source, for a bad URL or prefix, a zero timeout, lease period or hot-key hold,
+    /// or when called outside a Tokio runtime.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratewarden_core::StoreError> {
+    /// // Nothing listens on port 1: building still succeeds.
+    /// let store = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:1").build()?;
+    /// # drop(store); Ok(()) }
+    /// ```
+    pub fn build(self) -> Result<RedisStore, StoreError> {
+        let invalid =
+            |error: ConfigError| StoreError::with_source(StoreErrorKind::InvalidInput, error);
+        let prefix_ok = !self.prefix.is_empty()
+            && self.prefix.len() <= MAX_PREFIX_LEN
+            && !self
+                .prefix
+                .bytes()
+                .any(|b| b == b'{' || b == b'}' || b.is_ascii_whitespace() || b.is_ascii_control());
+        if !prefix_ok {
+            return Err(invalid(ConfigError::InvalidPrefix {
+                prefix: self.prefix,
+            }));
+        }
+        let zero = [
+            ("timeout", self.timeout),
+            ("connect_timeout", self.connect_timeout),
+            (
+                "lease period",
+                self.lease.map_or(Duration::MAX, |lease| lease.period),
+            ),
+            (
+                "hot-key hold",
+                self.hot_keys.hold_time().unwrap_or(Duration::MAX),
+            ),
+        ]
+        .into_iter()
+        .find(|(_, duration)| duration.is_zero());
+        if let Some((setting, _)) = zero {
+            return Err(invalid(ConfigError::ZeroDuration { setting }));
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(invalid(ConfigError::NoRuntime));
+        }
+        let bad_url = |e: &dyn fmt::Display| {
+            invalid(ConfigError::InvalidUrl {
+                url: self.url.clone(),
+                reason: e.to_string(),
+            })
+        };
+        let connection = if let Some(max_size) = self.pool {
+            let mut config = deadpool_redis::Config::from_url(self.url.clone());
+            let mut pool = deadpool_redis::PoolConfig::new(max_size.max(1));
+            pool.timeouts.wait = Some(self.timeout);
+            pool.timeouts.create = Some(self.connect_timeout);
+            pool.timeouts.recycle = Some(self.connect_timeout);
+            config.pool = Some(pool);
+            let pool = config
+                .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+                .map_err(|e| bad_url(&e))?;
+            Connection::Pool(pool)
+        } else if let Some(nodes) = &self.cluster {
+            let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                .connection_timeout(self.connect_timeout)
+                .response_timeout(self.timeout)
+                .build()
+                .map_err(|e| bad_url(&e))?;
+            Connection::Cluster(Arc::new(LazyCluster::new(client)))
+        } else {
+            let client = redis::Client::open(self.url.as_str()).map_err(|e| bad_url(&e))?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connect_timeout))
+                .set_response_timeout(Some(self.timeout))
+                .set_number_of_retries(1);
+            Connection::Single(Arc::new(
+                Single::new(client, config).map_err(|e| bad_url(&e))?,
+            ))
+        };
+        let local = Local {
+            clock: MonotonicClock::new(),
+            deny: DenyCache::new(self.deny_cache),
+            leases: self
+                .lease
+                .map(|policy| Leases::new(policy, self.deny_cache.max(1_000))),
+            hot: HotKeyState::new(self.hot_keys),
+        };
+        Ok(RedisStore::new(
+            connection,
+            Arc::from(self.prefix),
+            self.timeout,
+            self.skew_warning,
+            local,
+        ))
+    }
+}
+
+/// The default deadline of a call: see [`RedisConfig::timeout`].
+const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// The default size of the denied-key cache: see [`RedisConfig::deny_cache`].
+const DEFAULT_DENY_CACHE: usize = 100_000;
+
+/// A configuration that cannot work; the source of an
+/// [`InvalidInput`](StoreErrorKind::InvalidInput) error from [`RedisConfig::connect`].
+///
+/// ```
+/// let err = ratewarden_redis::ConfigError::InvalidPrefix { prefix: "a{b".into() };
+/// assert_eq!(err.to_string(), "invalid key prefix \"a{b\": use 1 to 32 bytes without braces or whitespace");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The URL could not be parsed.
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// The key prefix is empty, too long, or holds a brace or whitespace.
+    InvalidPrefix {
+        /// The prefix given.
+        prefix: String,
+    },
+    /// [`RedisConfig::build`] was called outside a Tokio runtime.
+    NoRuntime,
+    /// A duration that must be above zero is zero: the `timeout` (every call would fail),
+    /// the `connect_timeout`, the `lease period` (every check would take a batch and forget
+    /// it at once) or the `hot-key hold` (a split would end as it starts).
+    ZeroDuration {
+        /// Which: `timeout`, `connect_timeout`, `lease period` or `hot-key hold`.
+        setting: &'static str,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidUrl { url, reason } => write!(f, "invalid redis url {url:?}: {reason}"),
+            Self::InvalidPrefix { prefix } => write!(
+                f,
+                "invalid key prefix {prefix:?}: use 1 to 32 bytes without braces or whitespace"
+            ),
+            Self::NoRuntime => f.write_str("build the Redis store from within a Tokio runtime"),
+            Self::ZeroDuration { setting } => write!(f, "the {setting} must be above zero"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -1,0 +1,256 @@
+//! The connections to Redis: one multiplexed connection (the default), the cluster client's,
+//! or a pool, each sending a command and reporting what went wrong.
+
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use futures_util::FutureExt as _;
+use futures_util::future::{BoxFuture, Shared};
+use ratewarden_core::{Key, StoreError, StoreErrorKind};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+
+use crate::error::classify;
+use crate::script::Call;
+
+/// Where commands go.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    Single(Arc<Single>),
+    Cluster(Arc<LazyCluster>),
+    Pool(deadpool_redis::Pool),
+}
+
+impl Connection {
+    /// Runs `call` for `key`: by SHA, and by source when Redis lacks the script (after a
+    /// restart, a `SCRIPT FLUSH`, or on a cluster node the key just moved to). `EVAL` caches
+    /// the script, so the next call is by SHA again.
+    pub(crate) async fn eval(
+        &self,
+        prefix: &str,
+        key: &Key,
+        call: &Call<'_>,
+    ) -> Result<Vec<i64>, StoreError> {
+        match self.send(&call.command(prefix, key, true)).await? {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.send(&call.command(prefix, key, false)).await?
+            }
+            result => result,
+        }
+        .map_err(classify)
+    }
+
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, StoreError> {
+        self.send(cmd).await?.map_err(classify)
+    }
+
+    /// Sends `cmd`; the outer error is a pooled connection not to be had.
+    async fn send<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<RedisResult<T>, StoreError> {
+        // Each arm's future is boxed: their sizes differ by kilobytes (the cluster client's is
+        // the largest), and a check's future would otherwise be as large as the largest.
+        Ok(match self {
+            Self::Single(single) => Box::pin(single.query(cmd)).await,
+            Self::Cluster(lazy) => Box::pin(lazy.query(cmd)).await,
+            Self::Pool(pool) => {
+                let mut connection = Box::pin(checkout(pool)).await?;
+                let result = Box::pin(cmd.query_async(&mut connection)).await;
+                if result.as_ref().is_err_and(is_read_only) {
+                    // A replica now (a failover behind a DNS name or VIP): this connection
+                    // leaves the pool, and the pool opens another, to whoever the address
+                    // names now.
+                    drop(deadpool_redis::Connection::take(connection));
+                }
+                result
+            }
+        })
+    }
+}
+
+fn is_read_only(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+}
+
+/// Whether the server refused the connection itself: credentials, or its client limit.
+fn failed_to_connect(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::AuthenticationFailed
+        || error.code() == Some("WRONGPASS")
+        || error.to_string().contains("max number of clients")
+}
+
+async fn checkout(pool: &deadpool_redis::Pool) -> Result<deadpool_redis::Connection, StoreError> {
+    pool.get().await.map_err(|error| match error {
+        deadpool_redis::PoolError::Backend(error) => classify(error),
+        deadpool_redis::PoolError::Timeout(deadpool_redis::TimeoutType::Wait) => {
+            StoreError::with_source(StoreErrorKind::PoolExhausted, error)
+        }
+        deadpool_redis::PoolError::Timeout(_) => {
+            StoreError::with_source(StoreErrorKind::Timeout, error)
+        }
+        other => StoreError::with_source(StoreErrorKind::Connection, other),
+    })
+}
+
+/// One multiplexed connection that reconnects by itself (redis-rs's `ConnectionManager`), and
+/// is replaced when the server turns out to be a replica.
+pub(crate) struct Single {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    /// The manager in use, and how many were replaced before it.
+    current: RwLock<(u64, ConnectionManager)>,
+}
+
+impl Single {
+    pub(crate) fn new(client: redis::Client, config: ConnectionManagerConfig) -> RedisResult<Self> {
+        let manager = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
+        Ok(Self {
+            client,
+            config,
+            current: RwLock::new((0, manager)),
+        })
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        let (generation, mut manager) = self
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match cmd.query_async(&mut manager).await {
+            // The error may be the old connection's: the manager has begun reconnecting on
+            // seeing it, so one more try (within the same deadline) reaches a Redis that is
+            // back, rather than leaving the circuit breaker's probe to fail on it.
+            Err(error) if error.is_connection_dropped() || error.is_io_error() => {
+                cmd.query_async(&mut manager).await
+            }
+            Err(error) if is_read_only(&error) => {
+                // The server was demoted (a failover behind a DNS name or VIP): the manager
+                // would keep talking to it, since the connection itself is fine. A new one
+                // connects to whoever the address names now.
+                self.replace(generation);
+                Err(error)
+            }
+            Err(error) if failed_to_connect(&error) => {
+                // The manager reconnects after I/O errors only: a connection refused by the
+                // server (a wrong password, no room for another client) would stay refused
+                // after the server is fixed. A new manager connects anew on the next call.
+                self.replace(generation);
+                Err(error)
+            }
+            result => result,
+        }
+    }
+
+    /// Replaces the manager of `generation` with a new one (once, whoever asks first).
+    fn replace(&self, generation: u64) {
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        if current.0 != generation {
+            return;
+        }
+        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
+            Ok(manager) => *current = (generation + 1, manager),
+            Err(error) => tracing::warn!(%error, "could not replace a connection to a replica"),
+        }
+    }
+}
+
+type Connecting = Shared<BoxFuture<'static, Result<ClusterConnection, Arc<RedisError>>>>;
+
+/// The cluster client connects on first use (it has no lazy mode of its own). One attempt at
+/// a time, shared by every call waiting for it, and carried on by a task of its own: a call
+/// that gives up at its deadline does not cancel it, and the calls after it wait for the same
+/// attempt instead of starting one each.
+pub(crate) struct LazyCluster {
+    client: redis::cluster::ClusterClient,
+    state: Mutex<ClusterState>,
+}
+
+enum ClusterState {
+    Idle,
+    Connecting(Connecting),
+    Ready(ClusterConnection),
+}
+
+impl LazyCluster {
+    pub(crate) const fn new(client: redis::cluster::ClusterClient) -> Self {
+        Self {
+            client,
+            state: Mutex::new(ClusterState::Idle),
+        }
+    }
+
+    async fn connection(&self) -> RedisResult<ClusterConnection> {
+        let attempt = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            match &*state {
+                ClusterState::Ready(connection) => return Ok(connection.clone()),
+                ClusterState::Connecting(attempt) => attempt.clone(),
+                ClusterState::Idle => {
+                    let client = self.client.clone();
+                    let task = tokio::spawn(async move { client.get_async_connection().await });
+                    let attempt = async move {
+                        match task.await {
+                            Ok(result) => result.map_err(Arc::new),
+                            Err(joined) => Err(Arc::new(RedisError::from(std::io::Error::other(
+                                joined.to_string(),
+                            )))),
+                        }
+                    }
+                    .boxed()
+                    .shared();
+                    *state = ClusterState::Connecting(attempt.clone());
+                    attempt
+                }
+            }
+        };
+        let result = attempt.clone().await;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        // Whoever sees the attempt end first records it; a failed one lets the next call try.
+        if let ClusterState::Connecting(current) = &*state
+            && current.ptr_eq(&attempt)
+        {
+            *state = match &result {
+                Ok(connection) => ClusterState::Ready(connection.clone()),
+                Err(_) => ClusterState::Idle,
+            };
+        }
+        result.map_err(|error| (*error).clone())
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        let mut connection = self.connection().await?;
+        match cmd.query_async(&mut connection).await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::Ask) => {
+                // The slot is migrating and the key has moved. The client follows `ASK` by
+                // sending `ASKING` and the command separately on a shared connection, where
+                // another request's command can slip in between and use up the `ASKING`; it
+                // then gives up after its retries. Sent as one pipeline, the pair stays together.
+                let Some((host, port)) = error
+                    .redirect_node()
+                    .and_then(|(node, _)| node.rsplit_once(':'))
+                    .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)))
+                else {
+                    return Err(error);
+                };
+                let mut pipeline = redis::pipe();
+                pipeline.cmd("ASKING").add_command(cmd.clone());
+                let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port };
+                let mut replies = connection.route_pipeline(pipeline, 1, 1, route).await?;
+                match replies.pop() {
+                    // A server error in a pipeline comes back as a value: make it an error
+                    // again (`NOSCRIPT` must read as such, so that the script is sent whole).
+                    Some(reply) => {
+                        redis::from_redis_value(reply.extract_error()?).map_err(Into::into)
+                    }
+                    None => Err(error),
+                }
+            }
+            result => result,
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The denied-key cache: once Redis denies a key, this gateway answers that key itself until
+//! the denial's retry time, without a round trip.
+//!
+//! Exact, never generous: a key Redis denied at `T` with a retry time `r` is denied by Redis
+//! for any cost at least as large until `T + r` (time passing is the only thing that frees
+//! quota; other gateways only spend more). The cache denies until its own clock's
+//! `t + r`, where `t` is when the reply arrived here, which is after `T`: it answers "denied"
+//! at most one network trip longer than Redis would, and never "allowed".
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use foldhash::fast::RandomState;
+use ratewarden_core::{Decision, Info, Key, Quota};
+
+/// How often a full cache may be swept for expired entries.
+const SWEEP_EVERY_NANOS: u64 = 100_000_000;
+
+/// Whether a full map may be swept at `now` (at most once per 100 ms, by one caller): a flood
+/// of new keys must not turn every insert into a scan.
+pub(crate) fn sweep_due(last_sweep: &AtomicU64, now: u64) -> bool {
+    let last = last_sweep.load(Ordering::Relaxed);
+    now.saturating_sub(last) >= SWEEP_EVERY_NANOS
+        && last_sweep
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
+
+/// One denial: which quota and cost it was for, and until when it stands (local nanoseconds).
+/// For a split key it covers the whole key, whichever part denied: a client told to retry
+/// after `t` is not admitted by another part before `t`.
+#[derive(Debug)]
+struct Denial {
+    quota: Quota,
+    cost: u32,
+    until: u64,
+    limit: u64,
+    reset_at: u64,
+}
+
+/// Denials by key and quota, bounded by `max_keys`.
+#[derive(Debug)]
+pub(crate) struct DenyCache {
+    /// By key, one denial per quota (almost always one in all): looked up by `&Key`, with no
+    /// copy of the key per check.
+    map: DashMap<Key, Vec<Denial>, RandomState>,
+    max_keys: usize,
+    last_sweep: AtomicU64,
+}
+
+impl DenyCache {
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Self {
+            map: DashMap::with_hasher(RandomState::default()),
+            max_keys,
+            last_sweep: AtomicU64::new(0),
+        }
+    }
+
+    /// The cached denial of `cost` for `key` under `quota` at `now`, if one stands.
+    pub(crate) fn get(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
+        let denials = self.map.get(key)?;
+        let denial = denials.iter().find(|d| d.quota == *quota)?;
+        if cost < denial.cost || now >= denial.until {
+            return None;
+        }
+        let nanos = |at: u64| Duration::from_nanos(at.saturating_sub(now));
+        Some(Decision::Denied(Info::new(
+            denial.limit,
+            0,
+            nanos(denial.reset_at),
+            nanos(denial.until),
+        )))
+    }
+
+    /// Remembers that Redis denied `cost` for `key` under `quota` with `info`, the reply
+    /// having arrived at `now`. A full cache first drops expired denials (at most every 100
+    /// ms); still full, it remembers nothing (which costs round trips, never accuracy).
+    pub(crate) fn insert(&self, key: &Key, quota: Quota, cost: u32, info: &Info, now: u64) {
+        if self.max_keys == 0 || info.retry_after().is_zero() {
+            return;
+        }
+        if self.map.len() >= self.max_keys && !self.map.contains_key(key) {
+            if !sweep_due(&self.last_sweep, now) {
+                return;
+            }
+            self.map
+                .retain(|_, denials| denials.iter().any(|denial| denial.until > now));
+            if self.map.len() >= self.max_keys {
+                return;
+            }
+        }
+        let after =
+            |d: Duration| now.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let denial = Denial {
+            quota,
+            cost,
+            until: after(info.retry_after()),
+            limit: info.limit(),
+            reset_at: after(info.reset_after()),
+        };
+        let mut denials = self.map.entry(key.clone()).or_default();
+        denials.retain(|d| d.quota != quota && d.until > now);
+        denials.push(denial);
+    }
+
+    /// Forgets every denial of `key` (after a reset).
+    pub(crate) fn remove(&self, key: &Key) {
+        self.map.remove(key);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the cache is off (`max_keys` 0): then it never holds anything.
+    pub(crate) const fn is_off(&self) -> bool {
+        self.max_keys == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(retry_ms: u64) -> Info {
+        Info::new(
+            5,
+            0,
+            Duration::from_secs(1),
+            Duration::from_millis(retry_ms),
+        )
+    }
+
+    #[test]
+    fn a_denial_stands_until_its_retry_time_for_that_cost_or_more() {
+        let cache = DenyCache::new(10);
+        let quota = Quota::per_second(5).unwrap();
+        let key = Key::from(1_u64);
+        cache.insert(&key, quota, 2, &info(100), 1_000);
+        let hit = cache.get(&key, &quota, 2, 1_000).expect("cached");
+        assert_eq!(hit.info().retry_after(), Duration::from_millis(100));
+        assert!(cache.get(&key, &quota, 3, 50_000_000).is_some());
+        let later = cache.get(&key, &quota, 2, 50_001_000).unwrap();
+        assert_eq!(later.info().retry_after(), Duration::from_millis(50));
+        // A smaller cost may fit sooner; another quota is another limit; the time passes.
+        assert!(cache.get(&key, &quota, 1, 1_000).is_none());
+        let other = Quota::per_second(6).unwrap();
+        assert!(cache.get(&key, &other, 2, 1_000).is_none());
+        assert!(cache.get(&key, &quota, 2, 100_001_000).is_none());
+        // Quotas are remembered side by side.
+        cache.insert(&key, other, 1, &info(100), 1_000);
+        assert!(cache.get(&key, &quota, 2, 1_000).is_some());
+        assert!(cache.get(&key, &other, 1, 1_000).is_some());
+        assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn a_full_cache_sweeps_expired_denials_and_otherwise_declines() {
+        let cache = DenyCache::new(2);
+        let quota = Quota::per_second(5).unwrap();
+        let now = SWEEP_EVERY_NANOS;
+        let key = |n: u64| Key::from(n);
+        cache.insert(&key(1), quota, 1, &info(1), now);
+        cache.insert(&key(2), quota, 1, &info(1_000), now);
+        // Full, and nothing expired yet: the third is not remembered.
+        cache.insert(&key(3), quota, 1, &info(1_000), now + 1);
+        assert_eq!(cache.len(), 2);
+        assert!(cache.get(&key(3), &quota, 1, now + 1).is_none());
+        // Later, the first has expired: a sweep makes room.
+        let later = now + 2 * SWEEP_EVERY_NANOS;
+        cache.insert(&key(3), quota, 1, &info(1_000), later);
+        assert_eq!(cache.len(), 2);
+        assert!(cache.get(&key(3), &quota, 1, later).is_some());
+        cache.remove(&key(3));
+        assert_eq!(cache.len(), 1);
+    }
+}

@@ -1,0 +1,103 @@
+//! A Redis [`Store`](ratewarden_core::Store) for [`ratewarden_core`]: the state of every key lives in Redis, so
+//! a fleet of gateways shares one quota.
+//!
+//! - One Lua script per algorithm, mirroring `ratewarden-core`'s integer arithmetic line for line (a
+//!   differential test runs 100,000 random operations per algorithm through both). Scripts run
+//!   by SHA and are reloaded transparently after `SCRIPT FLUSH` or a restart.
+//! - Time is the Redis server's `TIME`, read inside the script: gateways whose clocks disagree
+//!   still share one clock. [`RedisStore::measure_clock_skew`] reports (and past a threshold,
+//!   logs) how far this host's clock is from Redis's.
+//! - Every key expires when its state equals a fresh one, so idle keys vanish by themselves.
+//!   Keep Redis's `maxmemory-policy` at `noeviction` (its default): an evicted state is a
+//!   fresh one (over-admission), where a full Redis answers `OOM`, a backend failure.
+//! - A key has one state per quota and per named limit: its Redis key is
+//!   `PREFIX:{KIND KEY}:LIMIT`, with the user key inside the hash tag (integers in decimal,
+//!   addresses as text, strings as their bytes, or the first 16 bytes of their SHA-256 in hex
+//!   when too long to fit) and [`Key::limit_id`](ratewarden_core::Key::limit_id) in hex: at most 128
+//!   bytes, whatever the key, and one cluster slot for every limit of a key.
+//! - A state that cannot be read (garbage, `inf`, a key of another type) counts as spent: the
+//!   check is denied, never let through, the state is replaced by a spent one that refills,
+//!   and an error is logged (with the `metrics` feature, `ratewarden_redis_corrupt_states_total`
+//!   counts it).
+//! - One check is at most one round trip, over one multiplexed connection that reconnects by
+//!   itself (the default, and the faster), or over a `deadpool-redis` pool
+//!   ([`RedisConfig::pool`]), within a deadline ([`RedisConfig::timeout`], 50 ms). A server that
+//!   answers `READONLY` (demoted behind a DNS name or VIP) has its connection replaced.
+//!
+//! # Errors
+//!
+//! Every error that means the store cannot decide for anyone counts against a circuit
+//! breaker ([`StoreErrorKind::is_backend_failure`](ratewarden_core::StoreErrorKind::is_backend_failure)),
+//! so that the layer's failure mode engages instead of each request failing alone:
+//!
+//! | what Redis or the client reports | kind | a backend failure |
+//! |---|---|---|
+//! | I/O error, connection refused or dropped, `ERR max number of clients reached` | `Connection` | yes |
+//! | the deadline passed | `Timeout` | yes |
+//! | no pooled connection in time | `PoolExhausted` | yes |
+//! | `BUSY`, `LOADING`, `MASTERDOWN` | `Busy` | yes |
+//! | `OOM` | `OutOfMemory` | yes |
+//! | `READONLY` | `ReadOnly` | yes |
+//! | `CLUSTERDOWN`, `TRYAGAIN`, `MOVED`, `ASK`, `CROSSSLOT`, no connection to a slot's node | `ClusterDown` | yes |
+//! | `NOAUTH`, `WRONGPASS`, `NOPERM`, a failed `AUTH` | `Unauthorized` | yes |
+//! | a script error, a reply of the wrong shape | `Script` | yes |
+//! | any other error code | `Other` | yes |
+//! | `WRONGTYPE` where a script did not repair it | `CorruptState` | no |
+//! | a bad URL or prefix | `InvalidInput` | no |
+//!
+//! # In front of Redis
+//!
+//! A gateway keeps a little state of its own, so that Redis is asked only when its answer can
+//! differ from what the gateway already knows:
+//!
+//! - **Denied keys** ([`RedisConfig::deny_cache`], on by default). A key Redis denied at `T`
+//!   with retry time `r` stays denied, for that cost or more, until `T + r`: time passing is
+//!   the only thing that frees quota, and other gateways only spend more. So the gateway
+//!   answers such checks itself until its own `t + r`, `t` being when the reply arrived (after
+//!   `T`): "denied" for at most one network trip longer than Redis would say it, never
+//!   "allowed". A blocked key, however hot, costs one Redis call per retry period.
+//! - **Leases** ([`RedisConfig::lease`], off by default). A check with no lease at hand takes
+//!   up to a batch of the key's quota from Redis in its one round trip (deducted there at
+//!   once; never more than the burst, and what is left if less) and the gateway spends it
+//!   locally until it runs out or the lease period `p` ends. A request admitted at `t` spends a
+//!   token granted in `[t - p, t]`, and Redis grants at most `burst + rate × (w + p)` in any
+//!   interval of length `w + p`; so in any interval of length `w` the fleet admits at most the
+//!   quota's `burst + rate × w`, plus an overshoot of at most `rate × p`, and at most the tokens
+//!   the gateways held when the interval began (`gateways × batch`):
+//!   **overshoot ≤ min(rate × period, gateways × batch)** (a test checks it under overload).
+//!   Tokens unspent when a lease ends are forgotten: under-admission, never over.
+//! - **Hot keys** ([`RedisConfig::hot_keys`], off by default): a key split into `n`
+//!   sub-counters on `n` evenly spread cluster slots, each with `1/n` of its quota, one
+//!   picked per check; for every key, or adaptively for keys over a rate ([`HotKeys`]). An
+//!   adaptive split is written next to the key in Redis, where every gateway's next check of
+//!   the key reads it: no side channel to lose. Across promotion, renewal and demotion a split
+//!   key admits at most `burst + ⌈rate × t⌉ + n - 1` in any interval of length `t`.
+//!
+//! BENCHMARKS.md measures each against plain Redis: calls per check, throughput, admitted
+//! against the quota.
+//!
+//! ```no_run
+//! use ratewarden_core::{Key, Quota, Store};
+//! use ratewarden_redis::RedisStore;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+//! let decision = store.check(&Key::from("user-42"), &Quota::per_second(10)?, 1).await?;
+//! println!("allowed: {}", decision.is_allowed());
+//! # Ok(()) }
+//! ```
+//!
+//! Redis Cluster: [`RedisConfig::cluster`].
+
+mod config;
+mod connection;
+mod deny_cache;
+mod error;
+mod hot_keys;
+mod lease;
+mod script;
+mod store;
+
+pub use config::{ConfigError, RedisConfig};
+pub use hot_keys::{HotKeys, MAX_PARTS, MAX_SPLIT_KEYS};
+pub use store::RedisStore;

@@ -1,0 +1,517 @@
+//! The Lua scripts, how they are called, what they answer, and the layout of the keys they
+//! keep state in.
+
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use ratewarden_core::{Algorithm, Decision, Info, Key, KeyRepr, Quota, StoreError, StoreErrorKind};
+use sha2::{Digest as _, Sha256};
+
+/// The longest key name the store writes, whatever the user key (up to
+/// [`ratewarden_core::MAX_KEY_LEN`] bytes) and prefix (up to [`MAX_PREFIX_LEN`]).
+pub(crate) const MAX_NAME_LEN: usize = 128;
+/// The longest key prefix.
+pub(crate) const MAX_PREFIX_LEN: usize = 32;
+/// The bytes of a name that are not the prefix or the user key: `:{`, a part (2 digits), the
+/// kind, the part's 2 steering bytes, `}:`, the limit (16 hex digits), `:` and an epoch (16
+/// hex digits).
+const NAME_OVERHEAD: usize = 2 + 2 + 1 + 2 + 2 + 16 + 1 + 16;
+/// Redis Cluster's hash slots.
+const SLOTS: u32 = 16_384;
+
+/// A Lua script: its source (sent with `EVAL` when Redis lacks it) and its SHA-1 (for
+/// `EVALSHA`, the usual path).
+pub(crate) struct Lua {
+    source: &'static str,
+    sha: String,
+}
+
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            let source = concat!(include_str!("lua/prelude.lua"), include_str!($file));
+            Lua {
+                source,
+                sha: redis::Script::new(source).get_hash().to_owned(),
+            }
+        })
+    };
+}
+
+static GCRA: LazyLock<Lua> = script!("lua/gcra.lua");
+static TOKEN_BUCKET: LazyLock<Lua> = script!("lua/token_bucket.lua");
+static FIXED_WINDOW: LazyLock<Lua> = script!("lua/fixed_window.lua");
+static SLIDING_WINDOW: LazyLock<Lua> = script!("lua/sliding_window.lua");
+static SLIDING_LOG: LazyLock<Lua> = script!("lua/sliding_log.lua");
+
+/// What a script is asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Count the cost if it fits.
+    Check,
+    /// Count nothing.
+    Peek,
+    /// Count as much as there is, up to `batch`, and at least the cost.
+    Lease { batch: u32 },
+    /// Split the key (or renew its split) for `hold`; the key itself admits nothing until
+    /// `margin` after the split ends.
+    Split {
+        parts: u32,
+        hold: Duration,
+        margin: Duration,
+    },
+    /// Start a part of a new split, if it has no state yet, with `units` left at `at` (µs).
+    Seed { units: u64, at: u64 },
+}
+
+/// Which counter of a key a call is for, and how a missing state reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Counter {
+    /// The key's own counter.
+    Whole,
+    /// Part `index` of `parts` of a split key. Parts of an adaptive split carry the split's
+    /// `epoch` in their names and start spent; parts of a static split are always there and
+    /// start fresh.
+    Part {
+        index: u32,
+        parts: u32,
+        epoch: Option<u64>,
+    },
+}
+
+/// One run of a script.
+pub(crate) struct Call<'a> {
+    pub(crate) quota: &'a Quota,
+    pub(crate) counter: Counter,
+    pub(crate) mode: Mode,
+    pub(crate) cost: u32,
+    /// The time in µs, or `None` for the server's `TIME` (tests pass their own).
+    pub(crate) now: Option<u64>,
+    /// Whether the key's split marker is read (adaptive hot keys), and if so the longest a
+    /// split can still run: its hold and the margin after it. A state ahead of now by no more
+    /// than that may be a key spent until its split ends, which is never pulled back.
+    pub(crate) marker: Option<Duration>,
+    /// The shortest TTL of a written state.
+    pub(crate) keep_for: Duration,
+}
+
+impl Call<'_> {
+    /// The script, and `EVALSHA` (`by_sha`) or `EVAL` of it for this call, with the names of
+    /// the keys under `prefix`.
+    pub(crate) fn command(&self, prefix: &str, key: &Key, by_sha: bool) -> redis::Cmd {
+        let lua = match self.quota.algorithm() {
+            Algorithm::Gcra => &*GCRA,
+            Algorithm::TokenBucket => &*TOKEN_BUCKET,
+            Algorithm::FixedWindow => &*FIXED_WINDOW,
+            Algorithm::SlidingWindow => &*SLIDING_WINDOW,
+            _ => &*SLIDING_LOG,
+        };
+        let mut cmd = redis::cmd(if by_sha { "EVALSHA" } else { "EVAL" });
+        if by_sha {
+            cmd.arg(&lua.sha);
+        } else {
+            cmd.arg(lua.source);
+        }
+        let name = state_key(prefix, key, self.quota, self.counter);
+        if self.marker.is_some() {
+            cmd.arg(2).arg(&name).arg(marker_key(&name));
+        } else {
+            cmd.arg(1).arg(&name);
+        }
+        let (figure, limit) = figures(self.quota, self.counter);
+        let mode = match self.mode {
+            Mode::Check => "c",
+            Mode::Peek => "p",
+            Mode::Lease { .. } => "l",
+            Mode::Split { .. } => "h",
+            Mode::Seed { .. } => "i",
+        };
+        cmd.arg(mode).arg(self.cost);
+        match self.now {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        let spent = matches!(self.counter, Counter::Part { epoch: Some(_), .. });
+        cmd.arg(figure)
+            .arg(limit)
+            .arg(if spent { "e" } else { "" })
+            .arg(micros(self.keep_for))
+            .arg(self.marker.map_or(0, micros));
+        match self.mode {
+            Mode::Lease { batch } => {
+                cmd.arg(batch);
+            }
+            Mode::Split {
+                parts,
+                hold,
+                margin,
+            } => {
+                cmd.arg(parts).arg(micros(hold)).arg(micros(margin));
+            }
+            Mode::Seed { units, at } => {
+                cmd.arg(units).arg(at);
+            }
+            Mode::Check | Mode::Peek => {}
+        }
+        cmd
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The two figures a script takes after the time: the interval (GCRA, token bucket) or the
+/// period (windows), and the limit. A part of `n` gets `1/n` of the rate exactly (`n` times the
+/// interval) and of the burst rounded up, or of a window's count rounded up: `n` parts admit at
+/// most `n - 1` more than the whole at once, and (rate algorithms) never more over time.
+pub(crate) fn figures(quota: &Quota, counter: Counter) -> (u64, u64) {
+    let parts = match counter {
+        Counter::Whole => 1,
+        Counter::Part { parts, .. } => parts.max(1),
+    };
+    let limit = u64::from(quota.burst().div_ceil(parts));
+    match quota.algorithm() {
+        Algorithm::Gcra | Algorithm::TokenBucket => (
+            quota
+                .emission_interval_micros()
+                .saturating_mul(u64::from(parts)),
+            limit,
+        ),
+        _ => (quota.period_micros(), limit),
+    }
+}
+
+/// The name of a key's state under `quota`:
+/// `PREFIX:{[PART]KIND KEY[STEER]}:LIMIT[:EPOCH]`, where KIND is `i` (an integer, in decimal),
+/// `a` (an address, as text), `s` (a string, as its bytes), `l` (a string too long to fit: the
+/// first 16 bytes of its SHA-256, in hex) or `h` (a digest: its first 16 bytes, in hex); LIMIT
+/// is [`Key::limit_id`] in hex (the scope and the quota; for a part, mixed with the number of
+/// parts); PART, STEER and EPOCH only for a part
+/// of a split key. The key sits in a hash tag, so each key has one cluster slot, which every
+/// limit of the key shares; a part's two STEER bytes place it at an even spacing from the
+/// key's own slot (part `i` of `n` at `i/n` of the slots further), so that `n` parts land on
+/// `n` evenly spread slots, whatever the key. Never longer than [`MAX_NAME_LEN`] bytes, and
+/// different keys, kinds, limits and parts never share a name.
+pub(crate) fn state_key(prefix: &str, key: &Key, quota: &Quota, counter: Counter) -> Vec<u8> {
+    let mut name = Vec::with_capacity(MAX_NAME_LEN);
+    name.extend_from_slice(prefix.as_bytes());
+    name.extend_from_slice(b":{");
+    let tag_start = name.len();
+    if let Counter::Part { index, .. } = counter {
+        // Digits, then the kind (a letter): the part never runs into the key.
+        let _ = write!(Text(&mut name), "{index}");
+    }
+    let key_start = name.len();
+    match key.repr() {
+        KeyRepr::Int(n) => {
+            name.push(b'i');
+            let _ = write!(Text(&mut name), "{n}");
+        }
+        KeyRepr::Ip(ip) => {
+            name.push(b'a');
+            let ip = std::net::Ipv6Addr::from(*ip).to_canonical();
+            let _ = write!(Text(&mut name), "{ip}");
+        }
+        KeyRepr::Bytes(bytes) if bytes.len() <= MAX_NAME_LEN - NAME_OVERHEAD - prefix.len() => {
+            name.push(b's');
+            name.extend_from_slice(bytes);
+        }
+        KeyRepr::Bytes(bytes) => {
+            name.push(b'l');
+            hex(&mut name, &Sha256::digest(bytes)[..16]);
+        }
+        KeyRepr::Digest(digest) => {
+            name.push(b'h');
+            hex(&mut name, &digest[..16]);
+        }
+    }
+    if let Counter::Part { index, parts, .. } = counter {
+        let home = crc16::State::<crc16::XMODEM>::calculate(&name[key_start..]);
+        let spacing = SLOTS * index / parts.max(1);
+        let slot = (u32::from(home) + spacing) % SLOTS;
+        let steer = steer(&name[tag_start..], u16::try_from(slot).unwrap_or(0));
+        name.extend_from_slice(&steer);
+    }
+    name.extend_from_slice(b"}:");
+    // A part is named by its quota and the number of parts (in the id's top byte: at most
+    // 64), so that gateways splitting a key in different numbers of parts (a rolling change)
+    // never read one state under two quotas, nor do two quotas whose shares are equal.
+    let limit = match counter {
+        Counter::Whole => key.limit_id(quota),
+        Counter::Part { parts, .. } => key.limit_id(quota) ^ (u64::from(parts) << 56),
+    };
+    hex(&mut name, &limit.to_be_bytes());
+    if let Counter::Part {
+        epoch: Some(epoch), ..
+    } = counter
+    {
+        name.push(b':');
+        hex(&mut name, &epoch.to_be_bytes());
+    }
+    name
+}
+
+/// The name of the split marker of the key named `name` (in the same slot).
+pub(crate) fn marker_key(name: &[u8]) -> Vec<u8> {
+    let mut marker = Vec::with_capacity(name.len() + 2);
+    marker.extend_from_slice(name);
+    marker.extend_from_slice(b":m");
+    marker
+}
+
+/// Every pair of bytes by the CRC16 (XMODEM) it has: the inverse of a bijection.
+static BY_CRC: LazyLock<Vec<[u8; 2]>> = LazyLock::new(|| {
+    let mut table = vec![[0; 2]; 1 << 16];
+    for pair in (0..=u16::MAX).map(u16::to_be_bytes) {
+        table[usize::from(crc16::State::<crc16::XMODEM>::calculate(&pair))] = pair;
+    }
+    table
+});
+
+/// The two bytes to append to `tag` so that it hashes to cluster slot `slot` (or the first
+/// slot after it whose bytes hold no `}`, which would end the tag). XMODEM's CRC is linear
+/// with a zero start: `crc(tag ++ pair) = crc(tag ++ [0, 0]) ^ crc(pair)`, so the pair is the
+/// one whose CRC makes up the difference.
+fn steer(tag: &[u8], slot: u16) -> [u8; 2] {
+    let mut state = crc16::State::<crc16::XMODEM>::new();
+    state.update(tag);
+    state.update(&[0, 0]);
+    let base = state.get();
+    for offset in 0..SLOTS {
+        let slot = (u32::from(slot) + offset) % SLOTS;
+        // A slot is the CRC's low 14 bits: any of 4 CRCs will do.
+        for high in 0..4_u32 {
+            let crc = u16::try_from(high << 14 | slot).unwrap_or(0);
+            let pair = BY_CRC[usize::from(crc ^ base)];
+            if !pair.contains(&b'}') {
+                return pair;
+            }
+        }
+    }
+    [0, 0]
+}
+
+/// `fmt::Write` into a byte buffer.
+struct Text<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Text<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+fn hex(out: &mut Vec<u8>, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)]);
+        out.push(DIGITS[usize::from(b & 0xf)]);
+    }
+}
+
+/// What a script answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    Decided {
+        decision: Decision,
+        /// The key's state could not be read and was replaced by a spent one (or, for a
+        /// peek, was left as it is).
+        corrupt: bool,
+        /// The units counted (a lease's batch, or the cost).
+        granted: u32,
+    },
+    /// The key is split in `parts` for `remaining` more (adaptive hot keys), since `epoch`;
+    /// `left` units go to the parts of a split this call just made.
+    Split {
+        parts: u32,
+        remaining: Duration,
+        epoch: u64,
+        left: u64,
+    },
+}
+
+impl Reply {
+    /// Reads a script's reply; anything else than what the scripts send is an error.
+    pub(crate) fn parse(reply: &[i64]) -> Result<Self, StoreError> {
+        let bad = || {
+            StoreError::with_source(
+                StoreErrorKind::Script,
+                format!("unexpected script reply {reply:?}"),
+            )
+        };
+        let &[outcome, a, b, c, d, flag, granted] = reply else {
+            return Err(bad());
+        };
+        let unsigned = |n: i64| u64::try_from(n).map_err(|_| bad());
+        if outcome == 3 {
+            let parts = u32::try_from(a).map_err(|_| bad())?;
+            if !(2..=crate::MAX_PARTS).contains(&parts) {
+                return Err(bad());
+            }
+            return Ok(Self::Split {
+                parts,
+                remaining: Duration::from_micros(unsigned(b)?),
+                epoch: unsigned(c)?,
+                left: unsigned(d)?,
+            });
+        }
+        let info = Info::new(
+            unsigned(a)?,
+            unsigned(b)?,
+            Duration::from_micros(unsigned(c)?),
+            Duration::from_micros(unsigned(d)?),
+        );
+        let decision = match outcome {
+            1 => Decision::Allowed(info),
+            0 => Decision::Denied(info),
+            2 => Decision::InsufficientCapacity(info),
+            _ => return Err(bad()),
+        };
+        Ok(Self::Decided {
+            decision,
+            corrupt: flag != 0,
+            granted: u32::try_from(granted).map_err(|_| bad())?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(prefix: &str, key: &Key, counter: Counter) -> Vec<u8> {
+        state_key(prefix, key, &Quota::per_second(1).unwrap(), counter)
+    }
+
+    #[test]
+    fn names_keep_user_bytes_inside_their_hash_tag_and_never_collide() {
+        let key = Key::from("}{evil}");
+        let layout = name("rl", &key, Counter::Whole);
+        assert!(layout.starts_with(b"rl:{s}{evil}}:"), "{layout:?}");
+        let (q1, q2) = (Quota::per_second(1).unwrap(), Quota::per_second(2).unwrap());
+        let whole = |key: &Key, q: &Quota| state_key("p", key, q, Counter::Whole);
+        assert_ne!(whole(&Key::from("7"), &q1), whole(&Key::from(7u64), &q1));
+        assert_ne!(whole(&Key::from(7u64), &q1), whole(&Key::from(7u64), &q2));
+        assert_ne!(
+            whole(&Key::from(7u64), &q1),
+            whole(&Key::from(7u64).scoped(3), &q1)
+        );
+        let part = |index, key: &Key| {
+            state_key(
+                "p",
+                key,
+                &q1,
+                Counter::Part {
+                    index,
+                    parts: 16,
+                    epoch: None,
+                },
+            )
+        };
+        assert_ne!(part(1, &Key::from(7u64)), part(11, &Key::from(7u64)));
+        assert_ne!(part(1, &Key::from("1s7")), whole(&Key::from("1s7"), &q1));
+        let ip = Key::from("203.0.113.9".parse::<std::net::IpAddr>().unwrap());
+        assert!(whole(&ip, &q1).starts_with(b"p:{a203.0.113.9}:"));
+    }
+
+    #[test]
+    fn every_name_fits_in_128_bytes() {
+        let prefix = "p".repeat(MAX_PREFIX_LEN);
+        let longest_string = Key::from("s".repeat(ratewarden_core::MAX_KEY_LEN));
+        let just_fitting = Key::from("s".repeat(MAX_NAME_LEN - NAME_OVERHEAD - MAX_PREFIX_LEN));
+        let ipv6: std::net::IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe".parse().unwrap();
+        let keys = [
+            Key::from(u64::MAX),
+            Key::from(ipv6),
+            Key::hashed("secret"),
+            longest_string,
+            just_fitting,
+        ];
+        let counters = [
+            Counter::Whole,
+            Counter::Part {
+                index: crate::MAX_PARTS - 1,
+                parts: crate::MAX_PARTS,
+                epoch: Some(u64::MAX),
+            },
+        ];
+        for key in &keys {
+            for counter in counters {
+                let name = name(&prefix, key, counter);
+                assert!(name.len() <= MAX_NAME_LEN, "{} bytes: {key:?}", name.len());
+                // Only a key's own counter has a split marker.
+                if counter == Counter::Whole {
+                    let marker = marker_key(&name);
+                    assert!(marker.len() <= MAX_NAME_LEN, "{} bytes", marker.len());
+                }
+            }
+        }
+        // Long strings are digested: still one name per string.
+        let a = name(&prefix, &Key::from("x".repeat(100)), Counter::Whole);
+        let b = name(&prefix, &Key::from("y".repeat(100)), Counter::Whole);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn parts_are_steered_to_evenly_spread_slots() {
+        let slot = |name: &[u8]| {
+            let open = name.iter().position(|&b| b == b'{').unwrap();
+            let close = open + name[open..].iter().position(|&b| b == b'}').unwrap();
+            crc16::State::<crc16::XMODEM>::calculate(&name[open + 1..close]) % 16_384
+        };
+        let quota = Quota::per_second(1).unwrap();
+        for key in [Key::from("hot-tenant"), Key::from(7u64), Key::hashed("x")] {
+            let home = slot(&state_key("rl", &key, &quota, Counter::Whole));
+            for parts in [2_u32, 3, 8, 16, 64] {
+                let mut slots: Vec<u16> = (0..parts)
+                    .map(|index| {
+                        let counter = Counter::Part {
+                            index,
+                            parts,
+                            epoch: Some(9),
+                        };
+                        slot(&state_key("rl", &key, &quota, counter))
+                    })
+                    .collect();
+                for (index, &s) in slots.iter().enumerate() {
+                    let wanted = (u32::from(home) + 16_384 * index as u32 / parts) % 16_384;
+                    let off = (u32::from(s) + 16_384 - wanted) % 16_384;
+                    assert!(
+                        off < 8,
+                        "{key:?} part {index}/{parts}: slot {s}, wanted {wanted}"
+                    );
+                }
+                slots.sort_unstable();
+                slots.dedup();
+                assert_eq!(slots.len(), parts as usize);
+            }
+        }
+    }
+
+    #[test]
+    fn replies_are_checked() {
+        let decided = Reply::parse(&[1, 10, 9, 100, 0, 0, 1]).unwrap();
+        assert!(matches!(decided, Reply::Decided { decision, .. } if decision.is_allowed()));
+        assert!(matches!(
+            Reply::parse(&[3, 8, 1_000, 42, 0, 0, 0]).unwrap(),
+            Reply::Split {
+                parts: 8,
+                epoch: 42,
+                ..
+            }
+        ));
+        for bad in [
+            &[1, 10, 9, 100, 0, 0][..],
+            &[5, 10, 9, 100, 0, 0, 0],
+            &[1, -1, 9, 100, 0, 0, 0],
+            &[3, 1, 9, 100, 0, 0, 0],
+            &[3, 65, 9, 100, 0, 0, 0],
+            &[],
+        ] {
+            let err = Reply::parse(bad).unwrap_err();
+            assert_eq!(err.kind(), StoreErrorKind::Script);
+        }
+    }
+}

@@ -1,0 +1,522 @@
+//! [`RedisStore`]: the [`Store`], and where each check goes.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratewarden_core::{
+    Clock, Decision, Info, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind,
+};
+
+use crate::connection::Connection;
+use crate::deny_cache::DenyCache;
+use crate::hot_keys::HotKeyState;
+use crate::lease::Leases;
+use crate::script::{Call, Counter, Mode, Reply, marker_key, state_key};
+
+/// A [`Store`] in Redis or Redis Cluster; see the [crate docs](crate). Clones share one
+/// multiplexed connection (per cluster node), or one pool, and one local front.
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: Connection,
+    prefix: Arc<str>,
+    timeout: Duration,
+    skew_warning: Duration,
+    local: Arc<Local>,
+}
+
+/// What a gateway keeps in front of Redis, shared by a store's clones.
+#[derive(Debug)]
+pub(crate) struct Local {
+    pub(crate) clock: MonotonicClock,
+    pub(crate) deny: DenyCache,
+    pub(crate) leases: Option<Leases>,
+    pub(crate) hot: HotKeyState,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    pub(crate) fn new(
+        connection: Connection,
+        prefix: Arc<str>,
+        timeout: Duration,
+        skew_warning: Duration,
+        local: Local,
+    ) -> Self {
+        Self {
+            connection,
+            prefix,
+            timeout,
+            skew_warning,
+            local: Arc::new(local),
+        }
+    }
+
+    /// Connects to `url` with the default [`RedisConfig`](crate::RedisConfig).
+    ///
+    /// # Errors
+    ///
+    /// See [`RedisConfig::connect`](crate::RedisConfig::connect).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), ratewarden_core::StoreError> {
+    /// let store = ratewarden_redis::RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// # drop(store); Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        crate::RedisConfig::new(url).connect().await
+    }
+
+    /// The name of the Redis key holding `key`'s state under `quota` (for inspection and
+    /// tests): `PREFIX:{KIND KEY}:LIMIT`, at most 128 bytes (see the crate docs).
+    ///
+    /// ```no_run
+    /// # async fn demo(store: ratewarden_redis::RedisStore) {
+    /// let quota = ratewarden_core::Quota::per_second(1).unwrap();
+    /// let name = store.state_key(&ratewarden_core::Key::from(7u64), &quota);
+    /// assert!(name.starts_with(b"rl:{i7}:"));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn state_key(&self, key: &Key, quota: &Quota) -> Vec<u8> {
+        state_key(&self.prefix, key, quota, Counter::Whole)
+    }
+
+    /// How far Redis's clock is ahead of this host's (negative: behind), in microseconds: the
+    /// Redis `TIME` against the midpoint of this host's clock around the call. Logs a warning
+    /// (`tracing`) when it exceeds the configured threshold (default 100 ms): decisions use
+    /// Redis's clock only, but a skewed host misreads `X-RateLimit-Reset` and its own logs.
+    ///
+    /// # Errors
+    ///
+    /// When Redis does not answer `TIME`.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: ratewarden_redis::RedisStore) -> Result<(), ratewarden_core::StoreError> {
+    /// let skew = store.measure_clock_skew().await?;
+    /// println!("redis is {skew} µs ahead");
+    /// # Ok(()) }
+    /// ```
+    pub async fn measure_clock_skew(&self) -> Result<i64, StoreError> {
+        let local = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        };
+        let before = local();
+        let (secs, micros): (i64, i64) = self
+            .within(self.connection.query(&redis::cmd("TIME")))
+            .await?;
+        let after = local();
+        let redis = secs.saturating_mul(1_000_000).saturating_add(micros);
+        let skew = redis.saturating_sub(before / 2 + after / 2);
+        let threshold = i64::try_from(self.skew_warning.as_micros()).unwrap_or(i64::MAX);
+        if skew.unsigned_abs() > threshold.unsigned_abs() {
+            tracing::warn!(
+                skew_us = skew,
+                threshold_us = threshold,
+                "the clocks of this host and Redis disagree"
+            );
+        }
+        Ok(skew)
+    }
+
+    /// The keys this gateway knows to be split now (by [`HotKeys`](crate::HotKeys)), with
+    /// their numbers of parts: for a debug endpoint or a log line. Empty unless the store
+    /// splits adaptively.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratewarden_core::StoreError> {
+    /// let store = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:1").build()?;
+    /// assert!(store.split_keys().is_empty());
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn split_keys(&self) -> Vec<(Key, u32)> {
+        self.local.hot.split_keys(self.now())
+    }
+
+    /// [`Store::check`] at a given time (microseconds since the UNIX epoch) instead of Redis's
+    /// clock, on the key's own counter: for tests that compare the scripts with `ratewarden-core`
+    /// step by step.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Store::check`].
+    #[doc(hidden)]
+    pub async fn check_at(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        now_micros: u64,
+    ) -> Result<Decision, StoreError> {
+        let call = Call {
+            quota,
+            counter: Counter::Whole,
+            mode: Mode::Check,
+            cost,
+            now: Some(now_micros),
+            marker: None,
+            keep_for: Duration::ZERO,
+        };
+        match self.call(key, &call).await? {
+            Reply::Decided { decision, .. } => Ok(decision),
+            Reply::Split { .. } => Err(unexpected_split()),
+        }
+    }
+
+    /// `call`, failing with [`StoreErrorKind::Timeout`] past the deadline.
+    async fn within<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result,
+            Err(elapsed) => Err(StoreError::with_source(StoreErrorKind::Timeout, elapsed)),
+        }
+    }
+
+    /// Runs a script within the deadline, and reads its reply.
+    async fn call(&self, key: &Key, call: &Call<'_>) -> Result<Reply, StoreError> {
+        let eval = self.connection.eval(&self.prefix, key, call);
+        let reply = Reply::parse(&Box::pin(self.within(eval)).await?)?;
+        if let Reply::Decided { corrupt: true, .. } = reply {
+            let name = state_key(&self.prefix, key, call.quota, call.counter);
+            tracing::error!(
+                key = %String::from_utf8_lossy(&name),
+                "rate-limit state in Redis could not be read: the key counts as spent, and its state was replaced"
+            );
+            #[cfg(feature = "metrics")]
+            metrics::counter!("ratewarden_redis_corrupt_states_total").increment(1);
+        }
+        Ok(reply)
+    }
+
+    fn now(&self) -> u64 {
+        self.local.clock.now().as_nanos()
+    }
+
+    /// The longest an adaptive split can still run when a gateway checks its key: its hold,
+    /// and the margin after it (the deadline); `None` without adaptive hot keys.
+    fn split_slack(&self) -> Option<Duration> {
+        let hold = self.local.hot.config().hold_time()?;
+        Some(hold.saturating_add(self.timeout))
+    }
+
+    /// A decision this gateway can make alone: from a lease, or a standing denial.
+    fn decide_locally(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
+        let leases = self.local.leases.as_ref();
+        if let Some(leased) = leases.and_then(|l| l.spend(key, quota, cost, now)) {
+            return Some(leased);
+        }
+        self.local.deny.get(key, quota, cost, now)
+    }
+
+    /// Asks Redis: splitting the key first if it is hot here, and following a split another
+    /// gateway made.
+    async fn decide(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<(Decision, u32), StoreError> {
+        let hot = &self.local.hot;
+        let adapts = hot.config().adapts(quota);
+        let counted = mode != Mode::Peek;
+        if let Some(ask) = counted
+            .then(|| hot.wants_split(key, quota, self.now()))
+            .flatten()
+        {
+            let split = Call {
+                quota,
+                counter: Counter::Whole,
+                mode: Mode::Split {
+                    parts: ask.parts,
+                    hold: ask.hold,
+                    // A part's check sent before the split ends may still run until its
+                    // deadline: the key itself waits that long more.
+                    margin: self.timeout,
+                },
+                cost,
+                now: None,
+                marker: self.split_slack(),
+                keep_for: Duration::ZERO,
+            };
+            let sent = self.now();
+            if let Reply::Split {
+                parts,
+                remaining,
+                epoch,
+                left,
+            } = self.call(key, &split).await?
+            {
+                let new = hot.learn(key, *quota, (parts, epoch), remaining, sent);
+                if new {
+                    self.seed(key, quota, (parts, epoch), left, remaining).await;
+                }
+            }
+        }
+        let route = hot.route(key, quota, self.now());
+        let call = Call {
+            quota,
+            counter: route.counter,
+            mode,
+            cost,
+            now: None,
+            marker: (adapts && route.counter == Counter::Whole)
+                .then(|| self.split_slack())
+                .flatten(),
+            keep_for: route.keep_for,
+        };
+        let sent = self.now();
+        let (mut reply, mut counter) = match self.call(key, &call).await? {
+            Reply::Split {
+                parts,
+                remaining,
+                epoch,
+                ..
+            } => {
+                // Split by another gateway: learn of it, and ask one of its parts.
+                hot.learn(key, *quota, (parts, epoch), remaining, sent);
+                let route = hot.route(key, quota, self.now());
+                let counter = match route.counter {
+                    // Not recorded (too many splits tracked): a part all the same.
+                    Counter::Whole => Counter::Part {
+                        index: fastrand::u32(0..parts),
+                        parts,
+                        epoch: Some(epoch),
+                    },
+                    part => part,
+                };
+                let elapsed = Duration::from_nanos(self.now().saturating_sub(sent));
+                let part = Call {
+                    counter,
+                    marker: None,
+                    keep_for: remaining.saturating_sub(elapsed),
+                    ..call
+                };
+                (self.call(key, &part).await?, counter)
+            }
+            reply => (reply, route.counter),
+        };
+        // A part of an adaptive split denied: it is spent for a while; another part may not
+        // be, so it is asked at once (one more round trip, at most).
+        let mut retried = false;
+        while let (
+            Reply::Decided {
+                decision: Decision::Denied(info),
+                ..
+            },
+            Counter::Part {
+                index,
+                epoch: Some(_),
+                ..
+            },
+        ) = (reply, counter)
+        {
+            let now = self.now();
+            let room_at = now.saturating_add(nanos(info.retry_after()));
+            let other = hot.spent(key, quota, (index, room_at), now);
+            let Some(route) = other.filter(|_| !retried) else {
+                // Denied until a part may have room: no sooner, and no later.
+                let room_at = hot.room_at(key, quota, now).unwrap_or(room_at);
+                let retry = Duration::from_nanos(room_at.saturating_sub(now).max(1_000));
+                let limit = u64::from(quota.burst());
+                let denied = Info::new(limit, 0, info.reset_after(), retry);
+                return Ok((Decision::Denied(denied), 0));
+            };
+            retried = true;
+            counter = route.counter;
+            let part = Call {
+                counter,
+                marker: None,
+                keep_for: route.keep_for,
+                ..call
+            };
+            reply = self.call(key, &part).await?;
+        }
+        match reply {
+            Reply::Decided {
+                decision, granted, ..
+            } => Ok((as_whole(decision, quota, counter), granted)),
+            Reply::Split { .. } => Err(unexpected_split()),
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl RedisStore {
+    /// Starts the parts of a split this gateway just made, each with its share (rounded
+    /// down) of the `left` units the key had: so that they refill from the split's start,
+    /// and hand out no more than the key had left. A part whose call fails starts spent when
+    /// it is first checked instead (under-admission, never over).
+    /// Starts the parts of a new split with `left` units between them, each kept for the
+    /// split's `remaining` time (a part that expired would read as spent).
+    async fn seed(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        (parts, epoch): (u32, u64),
+        left: u64,
+        remaining: Duration,
+    ) {
+        let units = left / u64::from(parts.max(1));
+        let calls = (0..parts).map(|index| async move {
+            let call = Call {
+                quota,
+                counter: Counter::Part {
+                    index,
+                    parts,
+                    epoch: Some(epoch),
+                },
+                mode: Mode::Seed { units, at: epoch },
+                cost: 0,
+                now: None,
+                marker: None,
+                keep_for: remaining,
+            };
+            self.call(key, &call).await
+        });
+        for result in futures_util::future::join_all(calls).await {
+            if let Err(error) = result {
+                tracing::debug!(%error, "a part of a new split could not be started");
+            }
+        }
+    }
+}
+
+/// A part's decision as the whole key's: its limit, and its remaining as a share of the whole.
+fn as_whole(decision: Decision, quota: &Quota, counter: Counter) -> Decision {
+    let Counter::Part { parts, .. } = counter else {
+        return decision;
+    };
+    let info = decision.info();
+    let limit = u64::from(quota.burst());
+    let whole = Info::new(
+        limit,
+        info.remaining().saturating_mul(u64::from(parts)).min(limit),
+        info.reset_after(),
+        info.retry_after(),
+    );
+    match decision {
+        Decision::Allowed(_) => Decision::Allowed(whole),
+        Decision::Denied(_) => Decision::Denied(whole),
+        Decision::InsufficientCapacity(_) => Decision::InsufficientCapacity(whole),
+    }
+}
+
+fn unexpected_split() -> StoreError {
+    StoreError::with_source(
+        StoreErrorKind::Script,
+        "a split reply where a decision was expected",
+    )
+}
+
+impl Store for RedisStore {
+    /// Answers without Redis when this gateway holds a lease for the key, or a denial of it
+    /// that still stands.
+    fn check_ready(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+    ) -> Option<Result<Decision, StoreError>> {
+        if self.local.deny.is_off() && self.local.leases.is_none() {
+            return None;
+        }
+        self.decide_locally(key, quota, cost, self.now()).map(Ok)
+    }
+
+    async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
+        let now = self.now();
+        if let Some(decision) = self.decide_locally(key, quota, cost, now) {
+            return Ok(decision);
+        }
+        let leases = self.local.leases.as_ref();
+        let mode = match leases.and_then(|l| l.batch_for(quota, cost)) {
+            Some(batch) => Mode::Lease { batch },
+            None => Mode::Check,
+        };
+        let (decision, granted) = self.decide(key, quota, cost, mode).await?;
+        match &decision {
+            Decision::Allowed(info) if granted > cost => {
+                if let Some(leases) = leases {
+                    leases.granted(key, *quota, (granted, cost), info, self.now());
+                }
+                let held = u64::from(granted - cost);
+                return Ok(Decision::Allowed(Info::new(
+                    info.limit(),
+                    info.remaining() + held,
+                    info.reset_after(),
+                    Duration::ZERO,
+                )));
+            }
+            Decision::Denied(info) => {
+                // For a split key, whichever part denied: the denial covers the whole key.
+                self.local.deny.insert(key, *quota, cost, info, self.now());
+            }
+            _ => {}
+        }
+        Ok(decision)
+    }
+
+    async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
+        Ok(self.decide(key, quota, 1, Mode::Peek).await?.0)
+    }
+
+    /// Deletes the key's counter, its split and every part of it this gateway knows of, and
+    /// forgets this gateway's lease and denials of it. Other gateways' denials stand until
+    /// their retry time.
+    async fn reset(&self, key: &Key, quota: &Quota) -> Result<(), StoreError> {
+        self.local.deny.remove(key);
+        if let Some(leases) = &self.local.leases {
+            leases.remove(key);
+        }
+        let whole = state_key(&self.prefix, key, quota, Counter::Whole);
+        let mut del = redis::cmd("DEL");
+        del.arg(&whole).arg(marker_key(&whole));
+        let mut deletes = vec![del];
+        let parts = self.local.hot.config().parts();
+        let static_parts = (0..parts).filter(|_| parts > 1).map(|index| Counter::Part {
+            index,
+            parts,
+            epoch: None,
+        });
+        let known = self
+            .local
+            .hot
+            .forget(key)
+            .into_iter()
+            .filter(|(q, ..)| q == quota)
+            .flat_map(|(_, parts, epoch)| {
+                (0..parts).map(move |index| Counter::Part {
+                    index,
+                    parts,
+                    epoch: Some(epoch),
+                })
+            });
+        for counter in static_parts.chain(known) {
+            let mut del = redis::cmd("DEL");
+            del.arg(state_key(&self.prefix, key, quota, counter));
+            deletes.push(del);
+        }
+        // One DEL per slot: in a cluster the parts live on different nodes.
+        for del in &deletes {
+            self.within(self.connection.query::<()>(del)).await?;
+        }
+        Ok(())
+    }
+}

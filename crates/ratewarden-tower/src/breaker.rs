@@ -1,0 +1,679 @@
+//! [`CircuitBreaker`]: stops asking a failing store, then asks again after a backoff.
+//!
+//! A breaker wraps any [`Store`] and is itself a `Store`, so one breaker (behind an `Arc`) can
+//! guard every layer that shares a Redis:
+//!
+//! ```text
+//!            N consecutive failures, or a failure rate over a window
+//!   Closed ----------------------------------------------------------> Open (for a backoff)
+//!     ^                                                                  |
+//!     | a probe succeeds                          the backoff has passed |
+//!     |                                                                  v
+//!     +------------------------------------------------------------- HalfOpen (probes only)
+//!                 a probe fails: Open again, for twice the backoff (up to a cap)
+//! ```
+//!
+//! While open, checks fail at once with [`StoreErrorKind::CircuitOpen`], without touching the
+//! store, and the layer applies its [`FailureMode`](crate::rate_limit::FailureMode). Only
+//! backend failures ([`StoreError::is_backend_failure`]: timeouts, connection errors, `OOM`,
+//! `READONLY`, `CLUSTERDOWN`, `BUSY`, ...) count against the store; a denial is a success, and
+//! so is an error about one key (a key of the wrong type). Every transition is decided when a
+//! call arrives, from the [`Clock`]: the breaker starts no task and no timer.
+//!
+//! ```
+//! use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
+//! use ratewarden_tower::{MemoryStore, Quota, RateLimitLayer, key::Global};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(
+//!     CircuitBreaker::new(MemoryStore::new()) // a RedisStore, in earnest
+//!         .failure_threshold(5)
+//!         .backoff(Duration::from_millis(500), Duration::from_secs(10)),
+//! );
+//! let layer = RateLimitLayer::new(Arc::clone(&store), Quota::per_second(10)?, Global);
+//! // A readiness endpoint reads the same breaker:
+//! assert_eq!(store.state(), BreakerState::Closed);
+//! # let _ = layer; Ok(()) }
+//! ```
+
+use std::fmt;
+use std::sync::{Arc, PoisonError};
+
+// The state machine's lock is loom's in the model-checking tests (`--cfg rl_loom`).
+#[cfg(rl_loom)]
+use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(rl_loom))]
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use ratewarden_core::{
+    Clock, Decision, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
+};
+
+/// Where a [`CircuitBreaker`] stands.
+///
+/// ```
+/// use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
+/// let breaker = CircuitBreaker::new(ratewarden_tower::MemoryStore::new());
+/// assert_eq!(breaker.state(), BreakerState::Closed);
+/// assert_eq!(BreakerState::Open.as_str(), "open");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BreakerState {
+    /// The store is asked (healthy).
+    Closed,
+    /// The store is not asked; every check fails at once with
+    /// [`StoreErrorKind::CircuitOpen`].
+    Open,
+    /// The backoff has passed: a limited number of probes ask the store, the rest fail at once.
+    HalfOpen,
+}
+
+impl BreakerState {
+    /// `"closed"`, `"open"` or `"half-open"`.
+    ///
+    /// ```
+    /// assert_eq!(ratewarden_tower::breaker::BreakerState::HalfOpen.as_str(), "half-open");
+    /// ```
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Closed => "closed",
+            Self::Open => "open",
+            Self::HalfOpen => "half-open",
+        }
+    }
+}
+
+impl fmt::Display for BreakerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The settings of a [`CircuitBreaker`]; see its builder methods for the defaults.
+#[derive(Clone, Debug)]
+struct Settings {
+    name: Arc<str>,
+    consecutive: u32,
+    rate: Option<FailureRate>,
+    base_backoff: Duration,
+    max_backoff: Duration,
+    probes: u32,
+    probe_timeout: Duration,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FailureRate {
+    ratio: f64,
+    window: Duration,
+    min_calls: u32,
+}
+
+/// A [`Store`] that stops calling a failing store for a while; see the
+/// [module docs](self).
+///
+/// Defaults: open after 3 consecutive failures or when at least half of 20 or more calls in
+/// a 10 s window fail; first backoff 1 s, doubling on every failed probe up to 30 s, each
+/// shortened by up to a quarter at random so that a fleet does not probe in step; 1 probe at
+/// a time.
+pub struct CircuitBreaker<S, C = MonotonicClock> {
+    store: S,
+    clock: C,
+    settings: Settings,
+    machine: Mutex<Machine>,
+}
+
+impl<S: fmt::Debug, C> fmt::Debug for CircuitBreaker<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("store", &self.store)
+            .field("settings", &self.settings)
+            .field("machine", &*self.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> CircuitBreaker<S> {
+    /// A closed breaker in front of `store`, with the default settings.
+    ///
+    /// ```
+    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new());
+    /// assert!(breaker.state() == ratewarden_tower::breaker::BreakerState::Closed);
+    /// ```
+    pub fn new(store: S) -> Self {
+        Self {
+            store,
+            clock: MonotonicClock::new(),
+            settings: Settings {
+                name: Arc::from("store"),
+                consecutive: 3,
+                rate: Some(FailureRate {
+                    ratio: 0.5,
+                    window: Duration::from_secs(10),
+                    min_calls: 20,
+                }),
+                base_backoff: Duration::from_secs(1),
+                max_backoff: Duration::from_secs(30),
+                probes: 1,
+                probe_timeout: Duration::from_secs(1),
+            },
+            machine: Mutex::new(Machine::new(Duration::from_secs(1))),
+        }
+    }
+}
+
+impl<S, C> CircuitBreaker<S, C> {
+    /// Opens after `n` consecutive failures (default 3; at least 1).
+    ///
+    /// ```
+    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
+    ///     .failure_threshold(5);
+    /// # let _ = breaker;
+    /// ```
+    #[must_use]
+    pub fn failure_threshold(mut self, n: u32) -> Self {
+        self.settings.consecutive = n.max(1);
+        self
+    }
+
+    /// Also opens when, within a `window`, at least `min_calls` calls were made and at least
+    /// `ratio` (0 to 1) of them failed (default: 0.5 of at least 20 calls in 10 s). A ratio
+    /// above 1 or not a number turns the rule off, leaving only consecutive failures.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
+    ///     .failure_rate(0.25, Duration::from_secs(30), 100);
+    /// # let _ = breaker;
+    /// ```
+    #[must_use]
+    pub fn failure_rate(mut self, ratio: f64, window: Duration, min_calls: u32) -> Self {
+        self.settings.rate = (ratio <= 1.0 && !window.is_zero()).then_some(FailureRate {
+            ratio: ratio.max(0.0),
+            window,
+            min_calls: min_calls.max(1),
+        });
+        self
+    }
+
+    /// The first time open (`base`, default 1 s) and the longest (`max`, default 30 s); each
+    /// failed probe doubles it. Every open period is shortened by up to a quarter at random.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
+    ///     .backoff(Duration::from_millis(100), Duration::from_secs(5));
+    /// # let _ = breaker;
+    /// ```
+    #[must_use]
+    pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
+        let base = base.max(Duration::from_millis(1));
+        self.settings.base_backoff = base;
+        self.settings.max_backoff = max.max(base);
+        self.machine = Mutex::new(Machine::new(base));
+        self
+    }
+
+    /// How many calls may probe the store at once when half-open (default 1; at least 1). A
+    /// probe whose request is cancelled gives its place back.
+    ///
+    /// ```
+    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
+    ///     .probes(2);
+    /// # let _ = breaker;
+    /// ```
+    #[must_use]
+    pub fn probes(mut self, n: u32) -> Self {
+        self.settings.probes = n.max(1);
+        self
+    }
+
+    /// How long a probe may take before it counts as failed (default 1 s): past it, the next
+    /// call opens the breaker again (for twice the backoff), whatever became of the probe, so
+    /// that a store that never answers (one without a deadline of its own) cannot hold the
+    /// breaker half-open.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
+    ///     .probe_timeout(Duration::from_millis(200));
+    /// # let _ = breaker;
+    /// ```
+    #[must_use]
+    pub fn probe_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.probe_timeout = timeout;
+        self
+    }
+
+    /// The name in the breaker's log events and metrics labels (default `"store"`).
+    ///
+    /// ```
+    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
+    ///     .name("redis-sessions");
+    /// # let _ = breaker;
+    /// ```
+    #[must_use]
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.settings.name = name.into();
+        self
+    }
+
+    /// Reads time from `clock` (a [`ManualClock`](ratewarden_core::ManualClock) in tests).
+    ///
+    /// ```
+    /// use ratewarden_core::{ManualClock, Timestamp};
+    /// let clock = ManualClock::new(Timestamp::from_nanos(0));
+    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
+    ///     .clock(clock);
+    /// # let _ = breaker;
+    /// ```
+    #[must_use]
+    pub fn clock<C2: Clock>(self, clock: C2) -> CircuitBreaker<S, C2> {
+        CircuitBreaker {
+            store: self.store,
+            clock,
+            settings: self.settings,
+            machine: self.machine,
+        }
+    }
+
+    /// The store behind the breaker.
+    ///
+    /// ```
+    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new());
+    /// assert!(breaker.get_ref().is_empty());
+    /// ```
+    pub const fn get_ref(&self) -> &S {
+        &self.store
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Machine> {
+        // The machine is consistent after every statement: a panic elsewhere cannot leave it
+        // half-updated, so a poisoned lock is still good.
+        self.machine.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<S, C: Clock> CircuitBreaker<S, C> {
+    /// The state now: for a readiness endpoint. `Open` turns `HalfOpen` once its backoff has
+    /// passed (the next call will probe).
+    ///
+    /// ```
+    /// use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
+    /// let breaker = CircuitBreaker::new(ratewarden_tower::MemoryStore::new());
+    /// assert_eq!(breaker.state(), BreakerState::Closed);
+    /// ```
+    pub fn state(&self) -> BreakerState {
+        let now = self.clock.now();
+        match self.lock().phase {
+            Phase::Closed => BreakerState::Closed,
+            Phase::Open { until } if now < until => BreakerState::Open,
+            Phase::Open { .. } | Phase::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+
+    fn admit(&self) -> Result<Permit<'_, S, C>, StoreError> {
+        let now = self.clock.now();
+        let (role, transition) = self.lock().admit(now, &self.settings);
+        if let Some(transition) = transition {
+            self.report(transition, None);
+        }
+        match role {
+            Some(role) => Ok(Permit {
+                breaker: self,
+                role,
+                done: false,
+            }),
+            None => Err(StoreError::new(StoreErrorKind::CircuitOpen)),
+        }
+    }
+
+    fn report(&self, transition: Transition, error: Option<&StoreError>) {
+        let name = &*self.settings.name;
+        let to = transition.to();
+        #[cfg(feature = "tracing")]
+        match transition {
+            Transition::Opened { backoff, after } => tracing::warn!(
+                breaker = name,
+                ?after,
+                backoff_ms = backoff.as_millis() as u64,
+                error = error.map(tracing::field::display),
+                "circuit breaker opened: the store is not asked until the backoff has passed"
+            ),
+            Transition::HalfOpened => {
+                tracing::info!(
+                    breaker = name,
+                    "circuit breaker half-open: probing the store"
+                );
+            }
+            Transition::Closed => {
+                tracing::info!(
+                    breaker = name,
+                    "circuit breaker closed: the store answers again"
+                );
+            }
+        }
+        #[cfg(not(feature = "tracing"))]
+        let _ = error;
+        #[cfg(feature = "metrics")]
+        {
+            metrics::counter!("ratewarden_breaker_transitions_total", "breaker" => name.to_owned(), "to" => to.as_str())
+                .increment(1);
+            let level = match to {
+                BreakerState::Closed => 0.0,
+                BreakerState::HalfOpen => 1.0,
+                BreakerState::Open => 2.0,
+            };
+            metrics::gauge!("ratewarden_breaker_state", "breaker" => name.to_owned()).set(level);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (name, to);
+    }
+
+    async fn guarded<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let mut permit = self.admit()?;
+        let result = call.await;
+        permit.finish(result.as_ref().err());
+        result
+    }
+}
+
+impl<S: Store, C: Clock> Store for CircuitBreaker<S, C> {
+    async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
+        self.guarded(self.store.check(key, quota, cost)).await
+    }
+
+    /// What the store can decide without I/O (a denial it remembers, say) it still decides,
+    /// open or not, and that counts neither way; otherwise, while open, fails at once without
+    /// locking anything for long or allocating: the path every request takes while the store
+    /// is down.
+    fn check_ready(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+    ) -> Option<Result<Decision, StoreError>> {
+        if let Some(result) = self.store.check_ready(key, quota, cost) {
+            return Some(result);
+        }
+        let now = self.clock.now();
+        self.lock()
+            .rejects(now, &self.settings)
+            .then(|| Err(StoreError::new(StoreErrorKind::CircuitOpen)))
+    }
+
+    async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
+        self.guarded(self.store.peek(key, quota)).await
+    }
+
+    async fn reset(&self, key: &Key, quota: &Quota) -> Result<(), StoreError> {
+        self.guarded(self.store.reset(key, quota)).await
+    }
+}
+
+/// A call's right to ask the store; reports its outcome, or on drop (the request was
+/// cancelled) gives a probe's place back.
+struct Permit<'a, S, C: Clock> {
+    breaker: &'a CircuitBreaker<S, C>,
+    role: Role,
+    done: bool,
+}
+
+impl<S, C: Clock> Permit<'_, S, C> {
+    fn finish(&mut self, error: Option<&StoreError>) {
+        self.done = true;
+        let failed = error.is_some_and(StoreError::is_backend_failure);
+        #[cfg(feature = "metrics")]
+        if let Some(error) = error.filter(|e| e.is_backend_failure()) {
+            // Why the store fails, by kind: what an operator reads first.
+            let breaker = self.breaker.settings.name.to_string();
+            metrics::counter!("ratewarden_store_failures_total", "breaker" => breaker, "kind" => error.kind().as_str())
+                .increment(1);
+        }
+        let now = self.breaker.clock.now();
+        let transition = self
+            .breaker
+            .lock()
+            .record(now, self.role, failed, &self.breaker.settings);
+        if let Some(transition) = transition {
+            self.breaker.report(transition, error);
+        }
+    }
+}
+
+impl<S, C: Clock> Drop for Permit<'_, S, C> {
+    fn drop(&mut self) {
+        if let (false, Role::Probe(period)) = (self.done, self.role) {
+            self.breaker.lock().cancel_probe(period);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// A call made while closed.
+    Normal,
+    /// A call made while half-open (in the half-open period numbered so), whose outcome
+    /// closes or reopens the breaker.
+    Probe(u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Closed,
+    Open {
+        until: Timestamp,
+    },
+    /// Probing: `probing` probes out, in the half-open period `period`, begun `since`.
+    HalfOpen {
+        probing: u32,
+        period: u64,
+        since: Timestamp,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Transition {
+    Opened { backoff: Duration, after: Cause },
+    HalfOpened,
+    Closed,
+}
+
+impl Transition {
+    const fn to(self) -> BreakerState {
+        match self {
+            Self::Opened { .. } => BreakerState::Open,
+            Self::HalfOpened => BreakerState::HalfOpen,
+            Self::Closed => BreakerState::Closed,
+        }
+    }
+}
+
+/// Why the breaker opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    ConsecutiveFailures(u32),
+    FailureRate { failures: u32, calls: u32 },
+    ProbeFailed,
+    ProbeTimedOut,
+}
+
+/// The breaker's state machine: pure, driven by the times it is given.
+#[derive(Debug)]
+struct Machine {
+    phase: Phase,
+    /// Consecutive failures while closed.
+    consecutive: u32,
+    window_start: Timestamp,
+    calls: u32,
+    failures: u32,
+    /// The next open period, before jitter.
+    backoff: Duration,
+    /// How many half-open periods there were: a probe's news counts only in its own.
+    periods: u64,
+}
+
+impl Machine {
+    const fn new(base: Duration) -> Self {
+        Self {
+            phase: Phase::Closed,
+            consecutive: 0,
+            window_start: Timestamp::from_nanos(0),
+            calls: 0,
+            failures: 0,
+            backoff: base,
+            periods: 0,
+        }
+    }
+
+    /// Whether a call at `now` would be refused (no state change; a probe timing out is left
+    /// to [`admit`](Self::admit)).
+    fn rejects(&self, now: Timestamp, settings: &Settings) -> bool {
+        match self.phase {
+            Phase::Closed => false,
+            Phase::Open { until } => now < until,
+            Phase::HalfOpen { probing, since, .. } => {
+                probing >= settings.probes && !timed_out(since, now, settings)
+            }
+        }
+    }
+
+    /// May a call at `now` ask the store, and in which role?
+    fn admit(&mut self, now: Timestamp, settings: &Settings) -> (Option<Role>, Option<Transition>) {
+        match self.phase {
+            Phase::Closed => (Some(Role::Normal), None),
+            Phase::Open { until } if now < until => (None, None),
+            Phase::Open { .. } => {
+                self.periods += 1;
+                self.phase = Phase::HalfOpen {
+                    probing: 1,
+                    period: self.periods,
+                    since: now,
+                };
+                (
+                    Some(Role::Probe(self.periods)),
+                    Some(Transition::HalfOpened),
+                )
+            }
+            Phase::HalfOpen {
+                probing,
+                period,
+                since,
+            } if probing < settings.probes => {
+                self.phase = Phase::HalfOpen {
+                    probing: probing + 1,
+                    period,
+                    since,
+                };
+                (Some(Role::Probe(period)), None)
+            }
+            Phase::HalfOpen { since, .. } if timed_out(since, now, settings) => {
+                // The probes have had their time: they count as failed, whatever becomes of
+                // them (their news will be stale).
+                let backoff = self.backoff.saturating_mul(2).min(settings.max_backoff);
+                (None, Some(self.open(now, backoff, Cause::ProbeTimedOut)))
+            }
+            Phase::HalfOpen { .. } => (None, None),
+        }
+    }
+
+    fn record(
+        &mut self,
+        now: Timestamp,
+        role: Role,
+        failed: bool,
+        settings: &Settings,
+    ) -> Option<Transition> {
+        match (role, self.phase) {
+            (Role::Probe(of), Phase::HalfOpen { period, .. }) if of == period && failed => {
+                let backoff = self.backoff.saturating_mul(2).min(settings.max_backoff);
+                Some(self.open(now, backoff, Cause::ProbeFailed))
+            }
+            (Role::Probe(of), Phase::HalfOpen { period, .. }) if of == period => {
+                *self = Self {
+                    periods: self.periods,
+                    ..Self::new(settings.base_backoff)
+                };
+                Some(Transition::Closed)
+            }
+            (Role::Normal, Phase::Closed) => self.count(now, failed, settings),
+            // A call that began before the breaker moved on: its news is stale.
+            _ => None,
+        }
+    }
+
+    fn count(&mut self, now: Timestamp, failed: bool, settings: &Settings) -> Option<Transition> {
+        if let Some(rate) = settings.rate {
+            let elapsed = now.as_nanos().saturating_sub(self.window_start.as_nanos());
+            if u128::from(elapsed) >= rate.window.as_nanos() {
+                (self.window_start, self.calls, self.failures) = (now, 0, 0);
+            }
+        }
+        self.calls = self.calls.saturating_add(1);
+        if !failed {
+            self.consecutive = 0;
+            return None;
+        }
+        self.failures = self.failures.saturating_add(1);
+        self.consecutive = self.consecutive.saturating_add(1);
+        let cause = if self.consecutive >= settings.consecutive {
+            Cause::ConsecutiveFailures(self.consecutive)
+        } else {
+            let over_rate = settings.rate.is_some_and(|rate| {
+                self.calls >= rate.min_calls
+                    && f64::from(self.failures) >= rate.ratio * f64::from(self.calls)
+            });
+            if !over_rate {
+                return None;
+            }
+            Cause::FailureRate {
+                failures: self.failures,
+                calls: self.calls,
+            }
+        };
+        Some(self.open(now, settings.base_backoff, cause))
+    }
+
+    fn open(&mut self, now: Timestamp, backoff: Duration, after: Cause) -> Transition {
+        // Up to a quarter shorter at random, so gateways that failed together probe apart.
+        let jittered = backoff.mul_f64(1.0 - fastrand::f64() / 4.0);
+        self.phase = Phase::Open {
+            until: now.saturating_add(jittered),
+        };
+        self.backoff = backoff;
+        self.consecutive = 0;
+        Transition::Opened { backoff, after }
+    }
+
+    /// A probe of half-open period `of` was cancelled: its place is given back, if that
+    /// period is still on.
+    fn cancel_probe(&mut self, of: u64) {
+        if let Phase::HalfOpen {
+            probing,
+            period,
+            since,
+        } = self.phase
+            && period == of
+        {
+            self.phase = Phase::HalfOpen {
+                probing: probing.saturating_sub(1),
+                period,
+                since,
+            };
+        }
+    }
+}
+
+/// Whether probes sent `since` have had their time at `now`.
+fn timed_out(since: Timestamp, now: Timestamp, settings: &Settings) -> bool {
+    u128::from(now.as_nanos().saturating_sub(since.as_nanos())) >= settings.probe_timeout.as_nanos()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,399 @@
+use std::future::{Future, pending};
+use std::pin::pin;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use ratewarden_core::{
+    Decision, Info, Key, ManualClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
+};
+
+use super::{BreakerState, CircuitBreaker};
+
+const ALLOW: u8 = 0;
+const DENY: u8 = 1;
+const TIMEOUT: u8 = 2;
+const WRONG_TYPE: u8 = 3;
+const HANG: u8 = 4;
+
+/// A store that answers as told and counts its calls.
+#[derive(Debug, Default)]
+struct Scripted {
+    mode: AtomicU8,
+    calls: AtomicU32,
+}
+
+impl Scripted {
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::SeqCst);
+    }
+    fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Store for Scripted {
+    async fn check(&self, _: &Key, _: &Quota, _: u32) -> Result<Decision, StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let info = Info::new(1, 0, Duration::ZERO, Duration::ZERO);
+        match self.mode.load(Ordering::SeqCst) {
+            ALLOW => Ok(Decision::Allowed(info)),
+            DENY => Ok(Decision::Denied(info)),
+            TIMEOUT => Err(StoreError::new(StoreErrorKind::Timeout)),
+            WRONG_TYPE => Err(StoreError::new(StoreErrorKind::CorruptState)),
+            _ => pending().await,
+        }
+    }
+    async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
+        self.check(key, quota, 0).await
+    }
+    async fn reset(&self, _: &Key, _: &Quota) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+fn breaker() -> (CircuitBreaker<Scripted, ManualClock>, ManualClock) {
+    let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000));
+    let breaker = CircuitBreaker::new(Scripted::default())
+        .failure_threshold(3)
+        .failure_rate(2.0, Duration::from_secs(10), 20) // off unless a test turns it on
+        .backoff(Duration::from_secs(1), Duration::from_secs(4))
+        .clock(clock.clone());
+    (breaker, clock)
+}
+
+/// Polls once: every scripted answer but HANG is ready at once.
+fn now<F: Future>(future: F) -> Poll<F::Output> {
+    pin!(future)
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+}
+
+fn check<C: ratewarden_core::Clock>(
+    breaker: &CircuitBreaker<Scripted, C>,
+) -> Result<Decision, StoreError> {
+    let (key, quota) = (Key::from(1_u64), Quota::per_second(1).expect("quota"));
+    if let Some(result) = breaker.check_ready(&key, &quota, 1) {
+        return result;
+    }
+    match now(breaker.check(&key, &quota, 1)) {
+        Poll::Ready(result) => result,
+        Poll::Pending => panic!("the scripted store hung"),
+    }
+}
+
+fn kind(result: Result<Decision, StoreError>) -> Option<StoreErrorKind> {
+    result.err().map(|e| e.kind())
+}
+
+#[test]
+fn opens_after_the_threshold_and_stops_calling_the_store() {
+    let (breaker, _) = breaker();
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::Timeout));
+    }
+    assert_eq!(breaker.state(), BreakerState::Open);
+    for _ in 0..100 {
+        assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::CircuitOpen));
+    }
+    assert_eq!(
+        breaker.get_ref().calls(),
+        3,
+        "an open breaker never asks the store"
+    );
+}
+
+#[test]
+fn a_success_resets_the_consecutive_count() {
+    let (breaker, _) = breaker();
+    for _ in 0..10 {
+        breaker.get_ref().set(TIMEOUT);
+        check(&breaker).unwrap_err();
+        check(&breaker).unwrap_err();
+        breaker.get_ref().set(ALLOW);
+        check(&breaker).expect("allowed");
+    }
+    assert_eq!(breaker.state(), BreakerState::Closed);
+}
+
+#[test]
+fn denials_and_errors_about_one_key_are_not_failures() {
+    let (breaker, _) = breaker();
+    for mode in [DENY, WRONG_TYPE] {
+        breaker.get_ref().set(mode);
+        for _ in 0..50 {
+            let _ = check(&breaker);
+        }
+        assert_eq!(breaker.state(), BreakerState::Closed);
+    }
+    assert_eq!(breaker.get_ref().calls(), 100);
+}
+
+#[test]
+fn backoff_doubles_up_to_the_cap_with_at_most_a_quarter_of_jitter() {
+    let (breaker, clock) = breaker();
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        check(&breaker).unwrap_err();
+    }
+    // Open for (0.75..=1) × backoff: 1 s, then 2 s, then 4 s, then 4 s (the cap).
+    for backoff_ms in [1_000, 2_000, 4_000, 4_000] {
+        clock.advance(Duration::from_millis(backoff_ms * 3 / 4 - 1));
+        assert_eq!(
+            breaker.state(),
+            BreakerState::Open,
+            "backoff {backoff_ms} ms"
+        );
+        let calls = breaker.get_ref().calls();
+        assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::CircuitOpen));
+        clock.advance(Duration::from_millis(backoff_ms / 4 + 1));
+        assert_eq!(breaker.state(), BreakerState::HalfOpen);
+        // The probe fails: open again, for twice as long.
+        assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::Timeout));
+        assert_eq!(breaker.get_ref().calls(), calls + 1, "exactly one probe");
+        assert_eq!(breaker.state(), BreakerState::Open);
+    }
+}
+
+#[test]
+fn a_successful_probe_closes_and_resets_the_backoff() {
+    let (breaker, clock) = breaker();
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        check(&breaker).unwrap_err();
+    }
+    clock.advance(Duration::from_secs(1));
+    check(&breaker).unwrap_err(); // probe fails: 2 s
+    clock.advance(Duration::from_secs(2));
+    breaker.get_ref().set(DENY); // a denial is a healthy answer
+    assert!(!check(&breaker).expect("decided").is_allowed());
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    // Failing again starts from the base backoff, not 4 s.
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        check(&breaker).unwrap_err();
+    }
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+}
+
+#[test]
+fn half_open_admits_one_probe_and_a_cancelled_probe_gives_its_place_back() {
+    let (breaker, clock) = breaker();
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        check(&breaker).unwrap_err();
+    }
+    clock.advance(Duration::from_secs(1));
+    breaker.get_ref().set(HANG);
+    let (key, quota) = (Key::from(1_u64), Quota::per_second(1).expect("quota"));
+    {
+        let mut probe = Box::pin(breaker.check(&key, &quota, 1));
+        assert!(
+            now(probe.as_mut()).is_pending(),
+            "the probe waits on the store"
+        );
+        // While it is out, everyone else fails fast.
+        assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::CircuitOpen));
+        // The request is cancelled: the probe is dropped.
+    }
+    breaker.get_ref().set(ALLOW);
+    assert!(check(&breaker).expect("a new probe").is_allowed());
+    assert_eq!(breaker.state(), BreakerState::Closed);
+}
+
+#[test]
+fn opens_on_a_failure_rate_without_consecutive_failures() {
+    let (breaker, _) = breaker();
+    let breaker = breaker.failure_rate(0.5, Duration::from_secs(10), 20);
+    for i in 0..20 {
+        assert_eq!(breaker.state(), BreakerState::Closed, "call {i}");
+        // Every other call fails, the 20th among them: 10 of 20.
+        breaker
+            .get_ref()
+            .set(if i % 2 == 1 { TIMEOUT } else { ALLOW });
+        let _ = check(&breaker);
+    }
+    assert_eq!(breaker.state(), BreakerState::Open);
+}
+
+#[test]
+fn the_failure_rate_window_forgets_old_calls() {
+    let (breaker, clock) = breaker();
+    let breaker = breaker.failure_rate(0.5, Duration::from_secs(10), 20);
+    for i in 0..100 {
+        breaker
+            .get_ref()
+            .set(if i % 2 == 0 { TIMEOUT } else { ALLOW });
+        let _ = check(&breaker);
+        if i % 10 == 9 {
+            // 10 calls per window: never the 20 the rule needs.
+            clock.advance(Duration::from_secs(10));
+        }
+    }
+    assert_eq!(breaker.state(), BreakerState::Closed);
+}
+
+/// Sets the scripted store to `mode` and starts a check, polled once (a probe that hangs stays
+/// pending): the future, to drop (cancel) or keep.
+fn start<'a, C: ratewarden_core::Clock>(
+    breaker: &'a CircuitBreaker<Scripted, C>,
+    mode: u8,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + 'a>> {
+    static KEY: std::sync::LazyLock<Key> = std::sync::LazyLock::new(|| Key::from(1_u64));
+    static QUOTA: std::sync::LazyLock<Quota> =
+        std::sync::LazyLock::new(|| Quota::per_second(1).expect("quota"));
+    breaker.get_ref().set(mode);
+    let mut future = Box::pin(breaker.check(&KEY, &QUOTA, 1));
+    let _ = now(future.as_mut());
+    future
+}
+
+#[test]
+fn a_probe_cancelled_late_never_lets_more_probes_through_than_configured() {
+    // Reproduced: a probe of an earlier half-open period, cancelled during a later one, gave
+    // that later period's place back: more probes at once than configured.
+    let (breaker, clock) = breaker();
+    let breaker = breaker.probes(2);
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        check(&breaker).unwrap_err();
+    }
+    clock.advance(Duration::from_secs(1));
+    // Half-open: one probe hangs, the other fails and opens the breaker again (2 s).
+    let hanging = start(&breaker, HANG);
+    let calls = breaker.get_ref().calls();
+    breaker.get_ref().set(TIMEOUT);
+    assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::Timeout));
+    assert_eq!(breaker.state(), BreakerState::Open);
+    clock.advance(Duration::from_secs(2));
+    // Half-open again: two probes hang.
+    let second = start(&breaker, HANG);
+    let third = start(&breaker, HANG);
+    assert_eq!(breaker.get_ref().calls(), calls + 3);
+    breaker.get_ref().set(TIMEOUT);
+    assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::CircuitOpen));
+    // The first period's probe is cancelled: no place of this period is given back.
+    drop(hanging);
+    assert_eq!(
+        kind(check(&breaker)),
+        Some(StoreErrorKind::CircuitOpen),
+        "a third probe at once, with two configured"
+    );
+    assert_eq!(breaker.get_ref().calls(), calls + 3);
+    drop((second, third));
+}
+
+#[test]
+fn a_probe_that_never_answers_does_not_hold_the_breaker_half_open() {
+    // Reproduced: a probe to a store without a deadline of its own could hang forever, and
+    // the breaker stayed half-open (refusing everyone) as long.
+    let (breaker, clock) = breaker();
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        check(&breaker).unwrap_err();
+    }
+    clock.advance(Duration::from_secs(1));
+    let _hanging = start(&breaker, HANG);
+    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    // Past the probe's time, it counts as failed: open again, then probe again.
+    clock.advance(Duration::from_secs(10));
+    let _ = check(&breaker);
+    clock.advance(Duration::from_secs(5));
+    breaker.get_ref().set(ALLOW);
+    assert!(check(&breaker).expect("a new probe").is_allowed());
+    assert_eq!(breaker.state(), BreakerState::Closed);
+}
+
+#[cfg(rl_loom)]
+mod loom_tests {
+    //! The breaker's state machine under every interleaving loom finds:
+    //! `RUSTFLAGS="--cfg rl_loom" cargo test -p ratewarden-tower --no-default-features --release --lib loom`.
+
+    use std::future::pending;
+    use std::time::Duration;
+
+    use loom::sync::Arc;
+    use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use ratewarden_core::{
+        Decision, Key, ManualClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
+    };
+
+    use super::{CircuitBreaker, now};
+
+    /// Fails while `failing`; else hangs, counting the calls in flight.
+    #[derive(Debug, Default)]
+    struct Probed {
+        failing: AtomicBool,
+        inflight: AtomicUsize,
+        most: AtomicUsize,
+    }
+
+    struct InFlight<'a>(&'a Probed);
+
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            self.0.inflight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Store for Probed {
+        async fn check(&self, _: &Key, _: &Quota, _: u32) -> Result<Decision, StoreError> {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(StoreError::new(StoreErrorKind::Timeout));
+            }
+            let now = self.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            let _in_flight = InFlight(self);
+            pending().await
+        }
+        async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
+            self.check(key, quota, 0).await
+        }
+        async fn reset(&self, _: &Key, _: &Quota) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    /// Three threads probe a half-open breaker that allows two probes at once, one of them
+    /// cancelling its probe: never more than two are out.
+    #[test]
+    fn loom_probes_at_once_never_exceed_the_limit() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000));
+            let breaker = Arc::new(
+                CircuitBreaker::new(Probed::default())
+                    .failure_threshold(1)
+                    .probes(2)
+                    .backoff(Duration::from_secs(1), Duration::from_secs(4))
+                    .clock(clock.clone()),
+            );
+            let (key, quota) = (Key::from(1_u64), Quota::per_second(1).expect("quota"));
+            breaker.get_ref().failing.store(true, Ordering::SeqCst);
+            let _ = now(breaker.check(&key, &quota, 1));
+            breaker.get_ref().failing.store(false, Ordering::SeqCst);
+            clock.advance(Duration::from_secs(1));
+            let threads: Vec<_> = (0..3)
+                .map(|i| {
+                    let (breaker, key) = (Arc::clone(&breaker), key.clone());
+                    loom::thread::spawn(move || {
+                        let mut probe = Box::pin(breaker.check(&key, &quota, 1));
+                        let _ = now(probe.as_mut());
+                        if i == 0 {
+                            drop(probe);
+                            let mut again = Box::pin(breaker.check(&key, &quota, 1));
+                            let _ = now(again.as_mut());
+                        }
+                    })
+                })
+                .collect();
+            for thread in threads {
+                let _ = thread.join();
+            }
+            assert!(breaker.get_ref().most.load(Ordering::SeqCst) <= 2);
+        });
+    }
+}

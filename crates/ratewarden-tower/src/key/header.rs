@@ -1,0 +1,77 @@
+use http::Request;
+use http::header::HeaderName;
+use ratewarden_core::Key;
+
+use super::KeyExtractor;
+
+/// Keys a request by the value of one header, such as `x-api-key`.
+///
+/// A request whose header is absent, empty, or present more than once has no key (two values
+/// would make the choice the client's). [`Header::secret`] keeps only a SHA-256 digest of the
+/// value, so an API key is never stored or logged; values longer than
+/// [`MAX_KEY_LEN`](ratewarden_core::MAX_KEY_LEN) bytes are always digested.
+///
+/// ```
+/// use http::{HeaderName, Request};
+/// use ratewarden_tower::Key;
+/// use ratewarden_tower::key::{Header, KeyExtractor};
+///
+/// const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+/// let req = Request::builder().header("x-api-key", "sk_live_123").body(()).unwrap();
+/// assert_eq!(Header::new(API_KEY).extract(&req), Some(Key::from("sk_live_123")));
+/// assert_eq!(Header::secret(API_KEY).extract(&req), Some(Key::hashed("sk_live_123")));
+///
+/// let twice = Request::builder()
+///     .header("x-api-key", "a")
+///     .header("x-api-key", "b")
+///     .body(())
+///     .unwrap();
+/// assert_eq!(Header::new(API_KEY).extract(&twice), None);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Header {
+    name: HeaderName,
+    secret: bool,
+}
+
+impl Header {
+    /// Keys by `name`'s value as is (digested past `MAX_KEY_LEN` bytes).
+    ///
+    /// ```
+    /// let extractor = ratewarden_tower::key::Header::new(http::header::HOST);
+    /// # drop(extractor);
+    /// ```
+    #[must_use]
+    pub fn new(name: HeaderName) -> Self {
+        Self {
+            name,
+            secret: false,
+        }
+    }
+
+    /// Keys by the SHA-256 digest of `name`'s value: for credentials.
+    ///
+    /// ```
+    /// let extractor = ratewarden_tower::key::Header::secret(http::HeaderName::from_static("x-api-key"));
+    /// # drop(extractor);
+    /// ```
+    #[must_use]
+    pub fn secret(name: HeaderName) -> Self {
+        Self { name, secret: true }
+    }
+}
+
+impl<B> KeyExtractor<B> for Header {
+    fn extract(&self, req: &Request<B>) -> Option<Key> {
+        let mut values = req.headers().get_all(&self.name).iter();
+        let value = values.next()?;
+        if values.next().is_some() || value.is_empty() {
+            return None;
+        }
+        Some(if self.secret {
+            Key::hashed(value.as_bytes())
+        } else {
+            Key::from_bytes(value.as_bytes())
+        })
+    }
+}

@@ -1,0 +1,222 @@
+use std::fmt;
+use std::sync::Arc;
+
+use http::Request;
+use http::header::AUTHORIZATION;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use ratewarden_core::Key;
+
+use super::KeyExtractor;
+
+/// Keys a request by one claim (default `sub`) of its bearer JWT, **after** verifying the
+/// token's signature, its expiry (`exp`) and its start (`nbf`, RFC 7519 4.1.5) with the
+/// configured key, and, when set, its [audience](Self::audience) and [issuer](Self::issuer).
+///
+/// A request without exactly one `Authorization: Bearer` header, or whose token is forged,
+/// expired, not yet valid, for another audience or issuer, malformed or lacks the claim, has
+/// no key: it never reaches a user's bucket (put a per-IP layer in front, so that it is still
+/// counted; see the crate docs on pre-auth limits). With the `tracing` feature, the reason is
+/// logged at debug level. String and integer claims are keys; others are not.
+///
+/// Tokens carrying an `aud` claim (as identity providers' do) are keys whatever their
+/// audience until [`audience`](Self::audience) names the accepted ones: set it, so that a
+/// token issued for another service is no key here.
+///
+/// ```
+/// use http::Request;
+/// use jsonwebtoken::{EncodingKey, Header};
+/// use ratewarden_tower::Key;
+/// use ratewarden_tower::key::{JwtClaim, KeyExtractor};
+///
+/// let secret = b"demo secret";
+/// let claims = serde_json::json!({ "sub": "user-42", "exp": 4_000_000_000u64 });
+/// let token = jsonwebtoken::encode(&Header::default(), &claims, &EncodingKey::from_secret(secret)?)?;
+///
+/// let extractor = JwtClaim::hs256(secret)?;
+/// let req = Request::builder()
+///     .header("authorization", format!("Bearer {token}"))
+///     .body(())?;
+/// assert_eq!(extractor.extract(&req), Some(Key::from("user-42")));
+///
+/// let forged = Request::builder().header("authorization", "Bearer e30.e30.AAAA").body(())?;
+/// assert_eq!(extractor.extract(&forged), None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct JwtClaim {
+    key: Arc<DecodingKey>,
+    validation: Arc<Validation>,
+    claim: Arc<str>,
+}
+
+impl JwtClaim {
+    /// Verifies HS256 tokens with `secret` and keys by `sub`.
+    ///
+    /// # Errors
+    ///
+    /// When the HMAC key cannot be built.
+    ///
+    /// ```
+    /// let extractor = ratewarden_tower::key::JwtClaim::hs256(b"secret")?;
+    /// # drop(extractor);
+    /// # Ok::<(), jsonwebtoken::errors::Error>(())
+    /// ```
+    pub fn hs256(secret: &[u8]) -> Result<Self, jsonwebtoken::errors::Error> {
+        Ok(Self::new(
+            DecodingKey::from_secret(secret)?,
+            validation(Algorithm::HS256),
+        ))
+    }
+
+    /// Verifies RS256 tokens with an RSA public key in PEM and keys by `sub`.
+    ///
+    /// # Errors
+    ///
+    /// When `pem` is not an RSA public key.
+    ///
+    /// ```
+    /// assert!(ratewarden_tower::key::JwtClaim::rs256_pem(b"not a key").is_err());
+    /// ```
+    pub fn rs256_pem(pem: &[u8]) -> Result<Self, jsonwebtoken::errors::Error> {
+        Ok(Self::new(
+            DecodingKey::from_rsa_pem(pem)?,
+            validation(Algorithm::RS256),
+        ))
+    }
+
+    /// Verifies ES256 tokens with an EC public key in PEM and keys by `sub`.
+    ///
+    /// # Errors
+    ///
+    /// When `pem` is not an EC public key.
+    ///
+    /// ```
+    /// assert!(ratewarden_tower::key::JwtClaim::es256_pem(b"not a key").is_err());
+    /// ```
+    pub fn es256_pem(pem: &[u8]) -> Result<Self, jsonwebtoken::errors::Error> {
+        Ok(Self::new(
+            DecodingKey::from_ec_pem(pem)?,
+            validation(Algorithm::ES256),
+        ))
+    }
+
+    /// Verifies with `key` under `validation` as given (algorithms, expiry, audience, issuer,
+    /// ...) and keys by `sub`. Note that `jsonwebtoken`'s `Validation` does not check `nbf`
+    /// unless `validate_nbf` is set, and refuses tokens carrying `aud` unless an audience is
+    /// set; the ready-made constructors check `nbf` and accept any audience until
+    /// [`audience`](Self::audience).
+    ///
+    /// ```
+    /// use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+    /// let mut validation = Validation::new(Algorithm::HS256);
+    /// validation.set_audience(&["api"]);
+    /// let extractor = ratewarden_tower::key::JwtClaim::new(DecodingKey::from_secret(b"s")?, validation);
+    /// # drop(extractor);
+    /// # Ok::<(), jsonwebtoken::errors::Error>(())
+    /// ```
+    #[must_use]
+    pub fn new(key: DecodingKey, validation: Validation) -> Self {
+        Self {
+            key: Arc::new(key),
+            validation: Arc::new(validation),
+            claim: Arc::from("sub"),
+        }
+    }
+
+    /// Accepts only tokens whose `aud` (a string, or any element of an array) is one of
+    /// `audiences`: a token issued for another service is no key.
+    ///
+    /// ```
+    /// let extractor = ratewarden_tower::key::JwtClaim::hs256(b"s")?.audience(["https://api.example.com"]);
+    /// # drop(extractor);
+    /// # Ok::<(), jsonwebtoken::errors::Error>(())
+    /// ```
+    #[must_use]
+    pub fn audience<I: IntoIterator<Item = S>, S: ToString>(mut self, audiences: I) -> Self {
+        let audiences: Vec<String> = audiences.into_iter().map(|a| a.to_string()).collect();
+        let validation = Arc::make_mut(&mut self.validation);
+        validation.set_audience(&audiences);
+        validation.validate_aud = true;
+        self
+    }
+
+    /// Accepts only tokens whose `iss` is one of `issuers` (a token must then carry one).
+    ///
+    /// ```
+    /// let extractor = ratewarden_tower::key::JwtClaim::hs256(b"s")?.issuer(["https://idp.example.com/"]);
+    /// # drop(extractor);
+    /// # Ok::<(), jsonwebtoken::errors::Error>(())
+    /// ```
+    #[must_use]
+    pub fn issuer<I: IntoIterator<Item = S>, S: ToString>(mut self, issuers: I) -> Self {
+        let issuers: Vec<String> = issuers.into_iter().map(|i| i.to_string()).collect();
+        Arc::make_mut(&mut self.validation).set_issuer(&issuers);
+        self
+    }
+
+    /// Keys by `claim` instead of `sub` (e.g. `tenant_id`).
+    ///
+    /// ```
+    /// let extractor = ratewarden_tower::key::JwtClaim::hs256(b"s")?.claim("tenant_id");
+    /// # drop(extractor);
+    /// # Ok::<(), jsonwebtoken::errors::Error>(())
+    /// ```
+    #[must_use]
+    pub fn claim(mut self, claim: &str) -> Self {
+        self.claim = Arc::from(claim);
+        self
+    }
+}
+
+/// The ready-made constructors' validation: `alg` only, `exp` and `nbf` checked, any audience.
+fn validation(alg: Algorithm) -> Validation {
+    let mut validation = Validation::new(alg);
+    validation.validate_nbf = true;
+    validation.validate_aud = false;
+    validation
+}
+
+impl fmt::Debug for JwtClaim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JwtClaim")
+            .field("algorithms", &self.validation.algorithms)
+            .field("claim", &self.claim)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> KeyExtractor<B> for JwtClaim {
+    fn extract(&self, req: &Request<B>) -> Option<Key> {
+        let mut values = req.headers().get_all(AUTHORIZATION).iter();
+        let value = values.next()?.to_str().ok()?;
+        if values.next().is_some() {
+            return None;
+        }
+        let (scheme, token) = value.trim().split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        let data = match jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+            token.trim(),
+            &self.key,
+            &self.validation,
+        ) {
+            Ok(data) => data,
+            Err(error) => {
+                // The reason only: never the token.
+                #[cfg(feature = "tracing")]
+                tracing::debug!(reason = ?error.kind(), "bearer token refused: no rate-limit key");
+                #[cfg(not(feature = "tracing"))]
+                let _ = error;
+                return None;
+            }
+        };
+        match data.claims.get(&*self.claim)? {
+            serde_json::Value::String(s) if !s.is_empty() => Some(Key::from(s.as_str())),
+            serde_json::Value::Number(n) if n.is_u64() || n.is_i64() => {
+                Some(Key::from(n.to_string()))
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,93 @@
+use std::net::{IpAddr, Ipv6Addr};
+
+use http::Request;
+use ratewarden_core::Key;
+
+use super::{KeyExtractor, peer_addr};
+
+/// The default IPv6 grouping: one key per /64, the block a single subscriber usually gets.
+pub(crate) const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+/// Keys a request by its connection's peer IP address (see [`peer_addr`] for where it is
+/// read). IPv4-mapped IPv6 addresses count as their IPv4 address, and IPv6 addresses are grouped
+/// by prefix (default /64), since one client controls a whole block.
+///
+/// Use [`ClientIp`](super::ClientIp) instead when the service sits behind proxies.
+///
+/// ```
+/// use http::Request;
+/// use ratewarden_tower::key::{KeyExtractor, PeerIp};
+/// use std::net::SocketAddr;
+///
+/// let request = |addr: &str| {
+///     let mut req = Request::new(());
+///     req.extensions_mut().insert(addr.parse::<SocketAddr>().unwrap());
+///     req
+/// };
+/// let peer_ip = PeerIp::new();
+/// // Two addresses in one /64 share a key; ports never matter.
+/// assert_eq!(
+///     peer_ip.extract(&request("[2001:db8::1]:1000")),
+///     peer_ip.extract(&request("[2001:db8::ffff]:2000")),
+/// );
+/// assert_eq!(
+///     peer_ip.extract(&request("[::ffff:192.0.2.1]:1")),
+///     peer_ip.extract(&request("192.0.2.1:2")),
+/// );
+/// assert_eq!(peer_ip.extract(&Request::new(())), None); // no peer address: no key
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct PeerIp {
+    ipv6_prefix: u8,
+}
+
+impl PeerIp {
+    /// Keys by peer IP, IPv6 grouped by /64.
+    ///
+    /// ```
+    /// let extractor = ratewarden_tower::key::PeerIp::new();
+    /// # drop(extractor);
+    /// ```
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
+
+    /// Groups IPv6 addresses by their first `prefix` bits (clamped to 128; 128 keys each
+    /// address alone).
+    ///
+    /// ```
+    /// let extractor = ratewarden_tower::key::PeerIp::new().ipv6_prefix(56);
+    /// # drop(extractor);
+    /// ```
+    #[must_use]
+    pub const fn ipv6_prefix(mut self, prefix: u8) -> Self {
+        self.ipv6_prefix = if prefix > 128 { 128 } else { prefix };
+        self
+    }
+}
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<B> KeyExtractor<B> for PeerIp {
+    fn extract(&self, req: &Request<B>) -> Option<Key> {
+        peer_addr(req).map(|addr| ip_key(addr.ip(), self.ipv6_prefix))
+    }
+}
+
+/// The key of an address: IPv4 (mapped or not) as is, IPv6 masked to `prefix` bits.
+pub(crate) fn ip_key(ip: IpAddr, prefix: u8) -> Key {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => Key::from(IpAddr::V4(v4)),
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            Key::from(IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask)))
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Rate limiting for [tower](https://docs.rs/tower) services (axum, tonic, hyper) in one
+//! `.layer()`.
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use ratewarden_tower::{Quota, RateLimitLayer};
+//!
+//! # fn app() -> Result<Router, ratewarden_tower::QuotaError> {
+//! // 10 requests per second per client IP, bursts of 20, counted in process.
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::per_ip(Quota::per_second(10)?.with_burst(20)?));
+//! # Ok(app) }
+//! // serve with `into_make_service_with_connect_info::<SocketAddr>()` so the peer IP is known
+//! ```
+//!
+//! - [`rate_limit`]: the layer, its service and future, headers, rejections, shadow mode,
+//!   per-route quotas and costs.
+//! - [`key`]: whose quota a request uses: peer IP, client IP behind trusted proxies, a header,
+//!   a verified JWT claim, an extension, or everyone.
+//! - [`breaker`]: a circuit breaker in front of a store; with
+//!   [`FailureMode`](rate_limit::FailureMode), what each layer does while the store fails (let
+//!   requests through, answer 503, or decide on a local share of the quota).
+//!
+//! # Pre-auth limits
+//!
+//! A flood of forged credentials must not be free, nor fill the store with one bucket per fake
+//! identity. Put a cheap per-IP layer **outside** authentication and the per-user layer
+//! inside: every request, forged or not, is charged to its IP first, before its body is read;
+//! only a verified identity reaches a user's bucket.
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use ratewarden_tower::key::{JwtClaim, PeerIp};
+//! use ratewarden_tower::rate_limit::MissingKey;
+//! use ratewarden_tower::{MemoryStore, Quota, RateLimitLayer};
+//!
+//! # fn app() -> Result<Router, Box<dyn std::error::Error>> {
+//! let per_user = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(5)?, JwtClaim::hs256(b"secret")?)
+//!     .name("user")?
+//!     .on_missing_key(MissingKey::Reject(http::StatusCode::UNAUTHORIZED));
+//! let per_ip = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, PeerIp::new()).name("ip")?;
+//! let app = Router::new()
+//!     .route("/me", get(|| async { "you" }))
+//!     .layer(per_user) // inner: runs second, only for requests the IP limit let through
+//!     .layer(per_ip); // outer: runs first, for every request
+//! # Ok(app) }
+//! ```
+//!
+//! # Feature flags
+//!
+//! | feature | default | what it adds |
+//! |---------|---------|--------------|
+//! | `redis` | no | `RedisStore`, `RedisConfig` and `HotKeys` from `ratewarden-redis`: one quota for a fleet |
+//! | `axum` | no | the peer address from axum's `ConnectInfo<SocketAddr>` |
+//! | `tonic` | no | the peer address from tonic's `TcpConnectInfo` |
+//! | `jwt` | no | [`key::JwtClaim`] |
+//! | `tracing` | no | `tracing` events for denials (keys as unlinkable fingerprints), missing keys and store errors |
+//! | `metrics` | no | `ratewarden_requests_total{limit, outcome}` counters through the `metrics` facade |
+//! | `full` | no | all of the above |
+//!
+//! MSRV: Rust 1.89.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod breaker;
+pub mod key;
+pub mod rate_limit;
+
+pub use rate_limit::{RateLimit, RateLimitLayer};
+pub use ratewarden_core::{
+    Decision, Info, Key, ParseQuotaError, Quota, QuotaError, Store, StoreError,
+};
+pub use ratewarden_memory::MemoryStore;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use ratewarden_redis::{HotKeys, RedisConfig, RedisStore};

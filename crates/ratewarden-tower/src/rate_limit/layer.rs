@@ -1,0 +1,350 @@
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use ratewarden_core::Quota;
+use tower_layer::Layer;
+
+use super::response::DefaultRejection;
+use super::service::{Config, RateLimit, Shared};
+use super::{FailureMode, HeaderStyle, MissingKey, UnitCost};
+
+/// Applies a rate limit to every request of the services it wraps; see the
+/// [module docs](super) for an example and the headers.
+///
+/// `K` extracts the key ([`key`](crate::key)), `St` is the [`Store`](ratewarden_core::Store), `P` the
+/// [`QuotaPolicy`](super::QuotaPolicy) (a fixed [`Quota`] by default), `C` the [`Cost`](super::Cost) and `R` the
+/// [`Rejection`](super::Rejection). Cheap to clone: every clone, and every service made from
+/// it, shares one store and counts in the same buckets.
+///
+/// Several layers may share one store (one Redis for every limit, say) as long as each has
+/// its own [`name`](Self::name): the name scopes the layer's keys, so the `login` and `search`
+/// limits of one client are different buckets. Two *unnamed* layers on one store are both
+/// `default` and count in the same buckets.
+#[derive(Clone)]
+#[must_use]
+pub struct RateLimitLayer<K, St, P = Quota, C = UnitCost, R = DefaultRejection> {
+    key: K,
+    store: Arc<St>,
+    policy: P,
+    cost: C,
+    reject: R,
+    config: Config,
+}
+
+impl<K, St> RateLimitLayer<K, St> {
+    /// Limits each key (from `key`) to `quota`, counting in `store`.
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::PeerIp, MemoryStore, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(10)?, PeerIp::new());
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn new(store: St, quota: Quota, key: K) -> Self {
+        Self {
+            key,
+            store: Arc::new(store),
+            policy: quota,
+            cost: UnitCost,
+            reject: DefaultRejection,
+            config: Config::default(),
+        }
+    }
+}
+
+impl RateLimitLayer<crate::key::PeerIp, ratewarden_memory::MemoryStore> {
+    /// Limits each client IP address (the connection's peer; IPv6 by /64) to `quota`, in a
+    /// new in-process [`MemoryStore`](ratewarden_memory::MemoryStore).
+    ///
+    /// ```
+    /// let layer = ratewarden_tower::RateLimitLayer::per_ip(ratewarden_tower::Quota::per_second(10)?);
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn per_ip(quota: Quota) -> Self {
+        Self::new(
+            ratewarden_memory::MemoryStore::new(),
+            quota,
+            crate::key::PeerIp::new(),
+        )
+    }
+}
+
+impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
+    /// Chooses the quota per request (route, method, plan): a closure
+    /// `Fn(&Request<B>) -> Option<Quota>`, `None` exempting the request.
+    ///
+    /// ```
+    /// use http::Request;
+    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+    /// let search = Quota::per_second(5)?;
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
+    ///     .quota_by(move |req: &Request<String>| {
+    ///         (req.uri().path() != "/health").then_some(search)
+    ///     });
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn quota_by<P2>(self, policy: P2) -> RateLimitLayer<K, St, P2, C, R> {
+        RateLimitLayer {
+            key: self.key,
+            store: self.store,
+            policy,
+            cost: self.cost,
+            reject: self.reject,
+            config: self.config,
+        }
+    }
+
+    /// Sets each request's cost: a closure `Fn(&Request<B>) -> u32` (default 1).
+    ///
+    /// ```
+    /// use http::Request;
+    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
+    ///     .cost_by(|req: &Request<String>| if req.method() == "POST" { 5 } else { 1 });
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn cost_by<C2>(self, cost: C2) -> RateLimitLayer<K, St, P, C2, R> {
+        RateLimitLayer {
+            key: self.key,
+            store: self.store,
+            policy: self.policy,
+            cost,
+            reject: self.reject,
+            config: self.config,
+        }
+    }
+
+    /// Answers denials with `reject` instead of the default `problem+json` 429.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{Response, StatusCode};
+    /// use ratewarden_tower::{key::Global, rate_limit::Denied, MemoryStore, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
+    ///     .reject_with(|_: &Denied| {
+    ///         let mut response = Response::new(Bytes::from_static(b"slow down"));
+    ///         *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    ///         response
+    ///     });
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn reject_with<R2>(self, reject: R2) -> RateLimitLayer<K, St, P, C, R2> {
+        RateLimitLayer {
+            key: self.key,
+            store: self.store,
+            policy: self.policy,
+            cost: self.cost,
+            reject,
+            config: self.config,
+        }
+    }
+
+    /// Names the limit in the `RateLimit-Policy` and `RateLimit` fields, metrics and logs
+    /// (default `default`), and scopes its keys in the store ([`Key::scoped`](ratewarden_core::Key::scoped)):
+    /// layers with different names never share a bucket, even on one store; gateways of a
+    /// fleet that give a limit the same name share its buckets through a shared store.
+    ///
+    /// # Errors
+    ///
+    /// When `name` is empty, longer than 64 bytes, or holds anything but ASCII letters,
+    /// digits, `-`, `_`, `.` and `:`.
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global);
+    /// let layer = layer.name("search")?;
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn name(mut self, name: &str) -> Result<Self, InvalidPolicyName> {
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+        if !valid {
+            return Err(InvalidPolicyName(name.to_owned()));
+        }
+        self.config.name = Arc::from(name);
+        self.config.scope = if name == "default" {
+            0
+        } else {
+            ratewarden_core::Key::scope_of(name)
+        };
+        Ok(self)
+    }
+
+    /// Which rate-limit header fields to send (default [`HeaderStyle::Both`]).
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::Global, rate_limit::HeaderStyle, MemoryStore, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
+    ///     .headers(HeaderStyle::Ietf);
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.config.style = style;
+        self
+    }
+
+    /// Whether admitted responses carry the rate-limit headers too (default `true`).
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
+    ///     .headers_on_allowed(false);
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.config.headers_on_allowed = on;
+        self
+    }
+
+    /// What to do with requests that have no key (default: reject with 400).
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::PeerIp, rate_limit::MissingKey, MemoryStore, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, PeerIp::new())
+    ///     .on_missing_key(MissingKey::Reject(http::StatusCode::INTERNAL_SERVER_ERROR));
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
+        self.config.missing_key = missing;
+        self
+    }
+
+    /// What to do when the store cannot decide (default: a local limit per instance, see
+    /// [`FailureMode`]).
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::Global, rate_limit::FailureMode, MemoryStore, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
+    ///     .on_store_error(FailureMode::closed());
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn on_store_error(mut self, mode: FailureMode) -> Self {
+        self.config.failure = mode;
+        self
+    }
+
+    /// Shadow mode: decide, count, log and send headers, but never reject (default off). For
+    /// trying a limit on production traffic before enforcing it.
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
+    ///     .shadow(true);
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.config.shadow = on;
+        self
+    }
+
+    /// Whether CORS preflights (`OPTIONS` with `Access-Control-Request-Method`) pass to the
+    /// inner service without being counted (default `false`: counted like any request).
+    ///
+    /// Anyone can send a request shaped like a preflight, and many services run their
+    /// handler for it (tonic routes on the path alone, `any()` routes and proxies take every
+    /// method): exempted, such requests are unlimited. Turn this on only when the inner
+    /// service answers every preflight itself, without a handler, such as a CORS layer
+    /// inside this one; or, simpler, put the CORS layer outside this one, where preflights
+    /// never reach the limit.
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+    /// // The inner service answers preflights itself (a CORS layer inside this one).
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
+    ///     .exempt_preflight(true);
+    /// # drop(layer);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn exempt_preflight(mut self, on: bool) -> Self {
+        self.config.exempt_preflight = on;
+        self
+    }
+
+    /// The store this layer counts in.
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global);
+    /// assert!(layer.store().is_empty());
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn store(&self) -> &St {
+        &self.store
+    }
+}
+
+impl<S, K, St, P, C, R> Layer<S> for RateLimitLayer<K, St, P, C, R>
+where
+    K: Clone,
+    P: Clone,
+    C: Clone,
+    R: Clone,
+{
+    type Service = RateLimit<S, K, St, P, C, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit::new(
+            inner,
+            Arc::new(Shared {
+                key: self.key.clone(),
+                store: Arc::clone(&self.store),
+                policy: self.policy.clone(),
+                cost: self.cost.clone(),
+                reject: self.reject.clone(),
+                config: self.config.clone(),
+                first_policy: OnceLock::new(),
+                missing_key_body: OnceLock::new(),
+            }),
+        )
+    }
+}
+
+impl<K: fmt::Debug, St, P: fmt::Debug, C, R> fmt::Debug for RateLimitLayer<K, St, P, C, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("key", &self.key)
+            .field("policy", &self.policy)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A policy name that cannot appear in a `RateLimit-Policy` field.
+///
+/// ```
+/// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+/// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(1)?, Global);
+/// let err = layer.name("has \"quotes\"").unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid rate-limit policy name \"has \\\"quotes\\\"\": use 1 to 64 ASCII letters, digits, '-', '_', '.' or ':'",
+/// );
+/// # Ok::<(), ratewarden_tower::QuotaError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidPolicyName(String);
+
+impl fmt::Display for InvalidPolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid rate-limit policy name {:?}: use 1 to 64 ASCII letters, digits, '-', '_', '.' or ':'",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidPolicyName {}

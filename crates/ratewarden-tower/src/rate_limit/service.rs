@@ -1,0 +1,331 @@
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use ratewarden_core::{Decision, Key, Quota, Store, StoreError};
+use tower_service::Service;
+
+use super::body::ResponseBody;
+use super::failure::Failed;
+use super::future::ResponseFuture;
+use super::observe::{self, Event};
+use super::response::{self, DenialReason, Denied, PolicyHeaders};
+use super::{Cost, FailureMode, HeaderStyle, MissingKey, QuotaPolicy, Rejection};
+use crate::key::KeyExtractor;
+
+/// The layer's settings that are not type parameters.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) name: Arc<str>,
+    /// The scope of this limit's keys: 0 for the default name, else from the name.
+    pub(crate) scope: u64,
+    pub(crate) style: HeaderStyle,
+    pub(crate) headers_on_allowed: bool,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) failure: FailureMode,
+    pub(crate) shadow: bool,
+    pub(crate) exempt_preflight: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            name: Arc::from("default"),
+            scope: 0,
+            style: HeaderStyle::default(),
+            headers_on_allowed: true,
+            missing_key: MissingKey::default(),
+            failure: FailureMode::default(),
+            shadow: false,
+            exempt_preflight: false,
+        }
+    }
+}
+
+/// Everything the services made by one `layer` call share.
+pub(crate) struct Shared<K, St, P, C, R> {
+    pub(crate) key: K,
+    pub(crate) store: Arc<St>,
+    pub(crate) policy: P,
+    pub(crate) cost: C,
+    pub(crate) reject: R,
+    pub(crate) config: Config,
+    /// The headers of the first quota this limit applied, formatted once: a fixed quota's,
+    /// or the commonest of a policy's (others are formatted per request).
+    pub(crate) first_policy: OnceLock<Arc<PolicyHeaders>>,
+    /// The body of a missing-key rejection, formatted once.
+    pub(crate) missing_key_body: OnceLock<Bytes>,
+}
+
+/// What the layer does with a request once the store has decided.
+pub(crate) enum Outcome {
+    /// Call the inner service; add these headers to its response.
+    Allow(Option<(Arc<PolicyHeaders>, ratewarden_core::Info)>),
+    /// Answer with this response; the inner service is not called.
+    Reject(Response<Bytes>),
+}
+
+impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
+    fn policy_headers(&self, quota: Quota) -> Arc<PolicyHeaders> {
+        let format = || {
+            Arc::new(PolicyHeaders::new(
+                Arc::clone(&self.config.name),
+                quota,
+                self.config.style,
+            ))
+        };
+        let first = self.first_policy.get_or_init(format);
+        if first.quota == quota {
+            Arc::clone(first)
+        } else {
+            format()
+        }
+    }
+
+    /// Turns the store's answer into what to do with the request.
+    pub(crate) fn outcome(
+        &self,
+        result: Result<Decision, StoreError>,
+        key: &Key,
+        quota: Quota,
+        cost: u32,
+        grpc: bool,
+    ) -> Outcome {
+        let config = &self.config;
+        let (info, reason) = match result {
+            Ok(Decision::Allowed(info)) => {
+                observe::count(&config.name, Event::Allowed);
+                let headers = config
+                    .headers_on_allowed
+                    .then(|| (self.policy_headers(quota), info));
+                return Outcome::Allow(headers);
+            }
+            Ok(Decision::Denied(info)) => (info, DenialReason::RateLimited),
+            Ok(Decision::InsufficientCapacity(info)) => (info, DenialReason::InsufficientCapacity),
+            Err(error) => return self.store_failed(&error, key, quota, cost, grpc),
+        };
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            limit = %config.name,
+            key = observe::fingerprint(key),
+            shadow = config.shadow,
+            retry_after_ms = info.retry_after().as_millis() as u64,
+            ?reason,
+            "rate limit exceeded"
+        );
+        #[cfg(not(feature = "tracing"))]
+        let _ = key;
+        let headers = self.policy_headers(quota);
+        if config.shadow {
+            observe::count(&config.name, Event::ShadowDenied);
+            return Outcome::Allow(Some((headers, info)));
+        }
+        observe::count(&config.name, Event::Denied);
+        let denied = Denied {
+            info,
+            quota,
+            name: Arc::clone(&config.name),
+            reason,
+            grpc,
+        };
+        let rejection = self.reject.response(&denied);
+        Outcome::Reject(response::finish_rejection(rejection, &denied, &headers))
+    }
+
+    fn store_failed(
+        &self,
+        error: &StoreError,
+        key: &Key,
+        quota: Quota,
+        cost: u32,
+        grpc: bool,
+    ) -> Outcome {
+        observe::count(&self.config.name, Event::StoreError);
+        // Per request at debug only: a down store fails every request, and the circuit breaker
+        // logs its transitions once each.
+        #[cfg(feature = "tracing")]
+        tracing::debug!(limit = %self.config.name, %error, mode = ?self.config.failure, "rate-limit store failed");
+        #[cfg(not(feature = "tracing"))]
+        let _ = error;
+        match self.config.failure.on_failure(key, &quota, cost) {
+            Failed::Pass => Outcome::Allow(None),
+            Failed::Decided(decision, share) => self.outcome(Ok(decision), key, share, cost, grpc),
+            Failed::Unavailable => {
+                let mut response = status_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    UNAVAILABLE_DETAIL,
+                    || Bytes::from_static(UNAVAILABLE_BODY),
+                    grpc,
+                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+                Outcome::Reject(response)
+            }
+        }
+    }
+
+    fn missing_key(&self, status: StatusCode, grpc: bool) -> Response<Bytes> {
+        observe::count(&self.config.name, Event::MissingKey);
+        #[cfg(feature = "tracing")]
+        tracing::debug!(limit = %self.config.name, "request has no rate-limit key");
+        let body = || {
+            self.missing_key_body
+                .get_or_init(|| problem_body(status, MISSING_KEY_DETAIL))
+                .clone()
+        };
+        status_response(status, MISSING_KEY_DETAIL, body, grpc)
+    }
+}
+
+const MISSING_KEY_DETAIL: &str = "No rate-limit key could be derived from the request.";
+const UNAVAILABLE_DETAIL: &str = "The rate limiter is unavailable; retry shortly.";
+const UNAVAILABLE_BODY: &[u8] = br#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limiter is unavailable; retry shortly."}"#;
+
+/// A `problem+json` body for `status` and `detail`.
+fn problem_body(status: StatusCode, detail: &str) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"type":"about:blank","title":"{}","status":{},"detail":"{detail}"}}"#,
+        status.canonical_reason().unwrap_or("Error"),
+        status.as_u16()
+    ))
+}
+
+/// A response with `status` and a `problem+json` body (formatted once, by the caller), or the
+/// matching gRPC status.
+fn status_response(
+    status: StatusCode,
+    detail: &'static str,
+    body: impl FnOnce() -> Bytes,
+    grpc: bool,
+) -> Response<Bytes> {
+    if grpc {
+        return response::grpc_status(response::grpc_code(status), detail);
+    }
+    response::problem(status, body())
+}
+
+fn is_grpc<B>(req: &Request<B>) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"))
+}
+
+fn is_preflight<B>(req: &Request<B>) -> bool {
+    req.method() == Method::OPTIONS
+        && req
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+}
+
+/// The rate-limiting service made by [`RateLimitLayer`](super::RateLimitLayer); see the
+/// [module docs](super).
+pub struct RateLimit<S, K, St, P, C, R> {
+    inner: S,
+    shared: Arc<Shared<K, St, P, C, R>>,
+}
+
+impl<S, K, St, P, C, R> RateLimit<S, K, St, P, C, R> {
+    pub(crate) const fn new(inner: S, shared: Arc<Shared<K, St, P, C, R>>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The inner service.
+    pub const fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub const fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, K, St, P, C, R> Clone for RateLimit<S, K, St, P, C, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, St, P, C, R> fmt::Debug for RateLimit<S, K, St, P, C, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B, ResBody, K, St, P, C, R> Service<Request<B>> for RateLimit<S, K, St, P, C, R>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+    ResBody: Send + 'static,
+    K: KeyExtractor<B>,
+    St: Store,
+    P: QuotaPolicy<B>,
+    C: Cost<B>,
+    R: Rejection,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let shared = &*self.shared;
+        let config = &shared.config;
+        if config.exempt_preflight && is_preflight(&req) {
+            return ResponseFuture::inner(self.inner.call(req), None);
+        }
+        let Some(quota) = shared.policy.quota(&req) else {
+            return ResponseFuture::inner(self.inner.call(req), None);
+        };
+        let grpc = is_grpc(&req);
+        let Some(key) = shared.key.extract(&req).map(|key| key.scoped(config.scope)) else {
+            return match config.missing_key {
+                MissingKey::Skip => ResponseFuture::inner(self.inner.call(req), None),
+                MissingKey::Reject(status) => {
+                    ResponseFuture::ready(shared.missing_key(status, grpc))
+                }
+            };
+        };
+        let cost = shared.cost.cost(&req);
+        if let Some(result) = shared.store.check_ready(&key, &quota, cost) {
+            return match shared.outcome(result, &key, quota, cost, grpc) {
+                Outcome::Allow(headers) => ResponseFuture::inner(self.inner.call(req), headers),
+                Outcome::Reject(response) => ResponseFuture::ready(response),
+            };
+        }
+        // The store must wait (I/O): decide in a future that owns what it needs. The ready
+        // inner service goes with it; a fresh clone stays (axum's `from_fn` does the same).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        ResponseFuture::boxed(Box::pin(async move {
+            let result = shared.store.check(&key, &quota, cost).await;
+            match shared.outcome(result, &key, quota, cost, grpc) {
+                Outcome::Allow(headers) => {
+                    let response = inner.call(req).await?;
+                    Ok(super::future::finish(response, headers))
+                }
+                Outcome::Reject(response) => Ok(response.map(ResponseBody::full)),
+            }
+        }))
+    }
+}
