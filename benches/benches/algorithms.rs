@@ -35,13 +35,7 @@ fn bench(c: &mut Criterion) {
 
     let store = MemoryStore::new();
     let key = Key::from("user-1");
-    for algorithm in [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingLog,
-    ] {
+    for algorithm in Algorithm::ALL {
         let quota = q(algorithm);
         c.bench_function(&format!("memory_store/{algorithm}"), |b| {
             b.iter(|| std::hint::black_box(store.check_sync(&key, &quota, 1)));

@@ -7,14 +7,6 @@ use ratewarden_core::{Algorithm, Decision, Key, Quota, Store};
 use ratewarden_memory::MemoryStore;
 use tests::redis_server::RedisServer;
 
-const ALGORITHMS: [Algorithm; 5] = [
-    Algorithm::Gcra,
-    Algorithm::TokenBucket,
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::SlidingLog,
-];
-
 /// What every store must decide, the same way.
 async fn conformance<S: Store>(store: &S) {
     // Two quotas on one key never share state (they did, per algorithm): a login limit and a
@@ -47,7 +39,7 @@ async fn conformance<S: Store>(store: &S) {
         store.reset(&key, &loose).await.unwrap();
     }
 
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let quota = Quota::per_hour(5)
             .unwrap()
             .with_algorithm(algorithm)
@@ -139,7 +131,7 @@ async fn the_redis_store_conforms() {
     let server = RedisServer::start();
     let store = crate::store(&server, "conformance").await;
     conformance(&store).await;
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let quota = Quota::per_hour(5)
             .unwrap()
             .with_algorithm(algorithm)
@@ -160,7 +152,7 @@ async fn the_redis_store_conforms() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(keys.len(), ALGORITHMS.len(), "{keys:?}");
+    assert_eq!(keys.len(), Algorithm::ALL.len(), "{keys:?}");
     for key in keys {
         let ttl: i64 = redis::cmd("PTTL")
             .arg(&key)

@@ -151,13 +151,7 @@ async fn interleaved_quotas_on_one_key_each_match_ratewarden_core_alone() {
                     ..Config::default()
                 })
                 .new_rng();
-                let algorithms = [
-                    Algorithm::Gcra,
-                    Algorithm::TokenBucket,
-                    Algorithm::FixedWindow,
-                    Algorithm::SlidingWindow,
-                    Algorithm::SlidingLog,
-                ];
+                let algorithms = Algorithm::ALL;
                 let quotas: Vec<Quota> = (0..rng.random_range(2..=4usize))
                     .map(|_| {
                         let algorithm = algorithms[rng.random_range(0..5usize)];

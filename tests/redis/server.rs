@@ -75,13 +75,7 @@ async fn every_key_gets_a_ttl_and_none_outlives_its_window() {
     let mut conn = raw(&server).await;
     // Long enough that no key expires before it is looked at on a busy machine.
     let period = Duration::from_secs(1);
-    for algorithm in [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingLog,
-    ] {
+    for algorithm in Algorithm::ALL {
         let quota = Quota::new(3, period)
             .unwrap()
             .with_algorithm(algorithm)
@@ -143,13 +137,7 @@ async fn a_corrupt_state_is_a_denial_and_is_replaced_never_unlimited() {
     let store = crate::store(&server, "corrupt").await;
     let mut conn = raw(&server).await;
     let mut victims = Vec::new();
-    for algorithm in [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingLog,
-    ] {
+    for algorithm in Algorithm::ALL {
         let quota = Quota::new(5, Duration::from_millis(500))
             .unwrap()
             .with_algorithm(algorithm)
@@ -224,13 +212,7 @@ async fn a_clock_stepped_back_denies_a_key_for_at_most_its_horizon() {
     let server = RedisServer::start();
     let store = crate::store(&server, "stepped").await;
     let second = 1_000_000;
-    for algorithm in [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingLog,
-    ] {
+    for algorithm in Algorithm::ALL {
         let quota = Quota::per_second(10)
             .unwrap()
             .with_algorithm(algorithm)

@@ -196,13 +196,7 @@ async fn memory_usage(store: &RedisStore, url: &str) -> Result<(), Box<dyn std::
         .await?;
     println!("| algorithm | Redis type | MEMORY USAGE per key (bytes) |");
     println!("|---|---|---:|");
-    for algorithm in [
-        ratewarden_core::Algorithm::Gcra,
-        ratewarden_core::Algorithm::TokenBucket,
-        ratewarden_core::Algorithm::FixedWindow,
-        ratewarden_core::Algorithm::SlidingWindow,
-        ratewarden_core::Algorithm::SlidingLog,
-    ] {
+    for algorithm in ratewarden_core::Algorithm::ALL {
         let quota = Quota::per_hour(100)?.with_algorithm(algorithm)?;
         let mut total = 0u64;
         let mut kind = String::new();

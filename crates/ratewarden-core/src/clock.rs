@@ -143,8 +143,8 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 /// let (a, b) = (clock.now(), clock.now());
 /// assert!(b >= a);
 /// ```
-#[cfg(feature = "std")]
-#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
+#[cfg(feature = "monotonic-clock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "monotonic-clock")))]
 #[derive(Clone, Debug)]
 pub struct MonotonicClock {
     clock: quanta::Clock,
@@ -152,7 +152,7 @@ pub struct MonotonicClock {
     anchor_nanos: u64,
 }
 
-#[cfg(feature = "std")]
+#[cfg(feature = "monotonic-clock")]
 impl MonotonicClock {
     /// A clock anchored at the current wall-clock time.
     ///
@@ -175,14 +175,14 @@ impl MonotonicClock {
     }
 }
 
-#[cfg(feature = "std")]
+#[cfg(feature = "monotonic-clock")]
 impl Default for MonotonicClock {
     fn default() -> Self {
         Self::new()
     }
 }
 
-#[cfg(feature = "std")]
+#[cfg(feature = "monotonic-clock")]
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> Timestamp {

@@ -29,7 +29,8 @@
 //!
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
-//! | `std`   | yes     | [`MonotonicClock`], a monotonic wall clock read from the CPU's time stamp counter |
+//! | `monotonic-clock` | yes | [`MonotonicClock`], a monotonic wall clock read from the CPU's time stamp counter (`quanta`) |
+//! | `serde` | no | `Serialize` and `Deserialize` for [`Quota`] and [`Algorithm`], in their string forms (`"10/s burst 50"`) |
 //!
 //! # Time
 //!
@@ -48,11 +49,12 @@ mod key;
 mod quota;
 mod store;
 
-#[cfg(feature = "std")]
+pub use algorithm::Algorithm;
+#[cfg(feature = "monotonic-clock")]
 pub use clock::MonotonicClock;
 pub use clock::{Clock, ManualClock, Timestamp};
 pub use decision::{Decision, Info};
 pub use error::{StoreError, StoreErrorKind};
 pub use key::{Key, KeyRepr, MAX_KEY_LEN};
-pub use quota::{Algorithm, ParseQuotaError, Quota, QuotaError};
+pub use quota::{ParseQuotaError, Quota, QuotaError};
 pub use store::Store;

@@ -5,7 +5,10 @@ use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
+#[cfg(feature = "serde")]
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::Algorithm;
 
 /// The longest period a quota may have: 366 days.
 const MAX_PERIOD_MICROS: u64 = 366 * 86_400 * 1_000_000;
@@ -17,92 +20,6 @@ const MAX_SPAN_MICROS: u64 = 1 << 52;
 const MAX_BURST_SPAN_MICROS: u64 = MAX_SPAN_MICROS / 2;
 /// The sliding log keeps one timestamp per admitted unit of cost; this bounds its size.
 const MAX_LOG_LIMIT: u32 = 4_096;
-
-/// How a quota is enforced.
-///
-/// | algorithm | state per key | behaviour |
-/// |-----------|---------------|-----------|
-/// | [`Gcra`](Self::Gcra) (default) | 8 bytes | smooth rate with a burst; exact |
-/// | [`TokenBucket`](Self::TokenBucket) | 16 bytes | a bucket of `burst` tokens refilled one at a time; exact |
-/// | [`FixedWindow`](Self::FixedWindow) | 16 bytes | `count` per aligned window; up to 2× across a boundary |
-/// | [`SlidingWindow`](Self::SlidingWindow) | 24 bytes | two windows, the previous one weighted by its overlap |
-/// | [`SlidingLog`](Self::SlidingLog) | 8 bytes × `count` | exact sliding window; for small limits (at most 4,096) |
-///
-/// ```
-/// use ratewarden_core::Algorithm;
-/// assert_eq!("sliding-window".parse::<Algorithm>(), Ok(Algorithm::SlidingWindow));
-/// assert_eq!(Algorithm::TokenBucket.to_string(), "token-bucket");
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum Algorithm {
-    /// Generic cell rate algorithm: one timestamp per key, bursts up to `burst`, then one
-    /// request every `period / count`.
-    #[default]
-    Gcra,
-    /// Token bucket of capacity `burst`, refilled with `count` tokens per `period`.
-    TokenBucket,
-    /// At most `count` per window, windows aligned to the clock's epoch.
-    FixedWindow,
-    /// Sliding window counter: the current window's count plus the previous window's,
-    /// weighted by how much of it the sliding window still covers.
-    SlidingWindow,
-    /// Sliding window log: the timestamp of every admitted unit in the last `period`.
-    SlidingLog,
-}
-
-impl Algorithm {
-    pub(crate) const ALL: [Self; 5] = [
-        Self::Gcra,
-        Self::TokenBucket,
-        Self::FixedWindow,
-        Self::SlidingWindow,
-        Self::SlidingLog,
-    ];
-
-    /// The algorithm's name, as parsed and printed.
-    ///
-    /// ```
-    /// assert_eq!(ratewarden_core::Algorithm::SlidingLog.as_str(), "sliding-log");
-    /// ```
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Gcra => "gcra",
-            Self::TokenBucket => "token-bucket",
-            Self::FixedWindow => "fixed-window",
-            Self::SlidingWindow => "sliding-window",
-            Self::SlidingLog => "sliding-log",
-        }
-    }
-
-    pub(crate) const fn has_burst(self) -> bool {
-        matches!(self, Self::Gcra | Self::TokenBucket)
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Algorithm {
-    type Err = ParseQuotaError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|a| a.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                ParseQuotaError::new(
-                    s,
-                    "unknown algorithm (expected gcra, token-bucket, fixed-window, sliding-window or sliding-log)",
-                )
-            })
-    }
-}
 
 /// How many requests (or units of cost) a key may make per period, how many at once, and which
 /// [`Algorithm`] enforces it.
@@ -579,12 +496,14 @@ impl FromStr for Quota {
     }
 }
 
+#[cfg(feature = "serde")]
 impl Serialize for Quota {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
     }
 }
 
+#[cfg(feature = "serde")]
 impl<'de> Deserialize<'de> for Quota {
     /// Reads the string form, e.g. `"10/s burst 50"`.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -731,7 +650,7 @@ pub struct ParseQuotaError {
 }
 
 impl ParseQuotaError {
-    fn new(input: &str, reason: &str) -> Self {
+    pub(crate) fn new(input: &str, reason: &str) -> Self {
         Self {
             input: input.to_owned(),
             reason: reason.to_owned(),
@@ -925,6 +844,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "serde")]
     #[test]
     fn serde_uses_the_string_form() {
         let q: Quota = "10/s burst 50".parse().unwrap();

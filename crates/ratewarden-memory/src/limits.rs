@@ -134,7 +134,7 @@ impl Limits {
                         Algorithm::TokenBucket => LimitTables::TokenBucket(KindTables::new()),
                         Algorithm::FixedWindow => LimitTables::FixedWindow(KindTables::new()),
                         Algorithm::SlidingWindow => LimitTables::SlidingWindow(KindTables::new()),
-                        _ => LimitTables::SlidingLog(KindTables::new()),
+                        Algorithm::SlidingLog => LimitTables::SlidingLog(KindTables::new()),
                     },
                 }),
                 None => return None,

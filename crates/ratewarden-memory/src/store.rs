@@ -328,7 +328,7 @@ impl<C: Clock> Inner<C> {
                 Algorithm::TokenBucket => Locked::<TokenBucketState>::peek_fresh(now, quota),
                 Algorithm::FixedWindow => Locked::<FixedWindowState>::peek_fresh(now, quota),
                 Algorithm::SlidingWindow => Locked::<SlidingWindowState>::peek_fresh(now, quota),
-                _ => Locked::<SlidingLogState>::peek_fresh(now, quota),
+                Algorithm::SlidingLog => Locked::<SlidingLogState>::peek_fresh(now, quota),
             },
         }
     }
@@ -350,7 +350,7 @@ impl<C: Clock> Inner<C> {
             Algorithm::TokenBucket => self.in_overflow(&overflow.token_bucket, &any, ask),
             Algorithm::FixedWindow => self.in_overflow(&overflow.fixed_window, &any, ask),
             Algorithm::SlidingWindow => self.in_overflow(&overflow.sliding_window, &any, ask),
-            _ => self.in_overflow(&overflow.sliding_log, &any, ask),
+            Algorithm::SlidingLog => self.in_overflow(&overflow.sliding_log, &any, ask),
         }
     }
 

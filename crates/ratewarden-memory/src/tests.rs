@@ -7,14 +7,6 @@ use ratewarden_core::{Algorithm, Clock, Key, ManualClock, Quota, Store, Timestam
 
 use crate::MemoryStore;
 
-const ALGORITHMS: [Algorithm; 5] = [
-    Algorithm::Gcra,
-    Algorithm::TokenBucket,
-    Algorithm::FixedWindow,
-    Algorithm::SlidingWindow,
-    Algorithm::SlidingLog,
-];
-
 /// A store of at most `max_memory` bytes on a manual clock.
 fn frozen_store(max_memory: usize) -> (MemoryStore<ManualClock>, ManualClock) {
     let clock = ManualClock::new(Timestamp::from_micros(1_000_000_000));
@@ -33,7 +25,7 @@ fn two_threads_of_32_tasks_on_one_key_admit_exactly_the_burst() {
         .worker_threads(2)
         .build()
         .unwrap();
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let (store, _clock) = frozen_store(16 * MIB);
         let quota = Quota::per_minute(1_000)
             .unwrap()
@@ -68,7 +60,7 @@ fn racing_first_requests_of_a_new_key_admit_exactly_the_burst_and_leave_one_entr
     // More requests race than the burst admits (it used to race 32 against 100, which a
     // broken count would pass): 8 threads released at once, 4 checks each, against 10.
     let (store, _clock) = frozen_store(16 * MIB);
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let quota = Quota::per_minute(10)
             .unwrap()
             .with_algorithm(algorithm)
@@ -138,7 +130,7 @@ async fn peek_does_not_consume_or_create_and_reset_forgets() {
     let (store, _clock) = frozen_store(MIB);
     let quota = Quota::per_minute(2).unwrap();
     let key = Key::from("k");
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let quota = quota.with_algorithm(algorithm).unwrap();
         let peeked = store.peek(&key, &quota).await.unwrap();
         assert!(peeked.is_allowed());
@@ -166,7 +158,7 @@ fn keys_of_different_kinds_and_algorithms_count_apart() {
         Key::hashed("1"),
         Key::from("x".repeat(500)),
     ];
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let quota = quota.with_algorithm(algorithm).unwrap();
         for key in &keys {
             assert!(store.check_sync(key, &quota, 1).is_allowed(), "{key:?}");
@@ -243,7 +235,7 @@ fn any_quota() -> impl proptest::strategy::Strategy<Value = Quota> {
     (1u32..=20, 10u64..=2_000, 1u32..=30, 0usize..5).prop_map(|(count, period_ms, burst, a)| {
         let quota = Quota::new(count, Duration::from_millis(period_ms))
             .unwrap()
-            .with_algorithm(ALGORITHMS[a])
+            .with_algorithm(Algorithm::ALL[a])
             .unwrap();
         quota.with_burst(burst).unwrap_or(quota)
     })
@@ -351,7 +343,7 @@ fn evictions_take_the_keys_closest_to_fresh_not_the_throttled_ones() {
 fn a_clock_stepped_back_an_hour_denies_a_key_for_at_most_its_horizon_and_a_second() {
     // Reproduced: after a step back, a spent GCRA key stayed denied for the whole step (an
     // hour), each denial saying "retry in 100 ms".
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let (store, clock) = frozen_store(MIB);
         let quota = Quota::per_second(10)
             .unwrap()
@@ -406,7 +398,7 @@ fn a_stale_reading_of_a_monotonic_clock_never_gives_quota_back() {
     // descheduled) pulled a spent key's state back to that reading, as if the clock had
     // stepped back: the key was fresh again at once, 20 admitted within a second of a 10/s
     // quota.
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL {
         let clock = ManualClock::new(Timestamp::from_micros(1_000_000_000));
         let stale = Arc::new(AtomicU64::new(0));
         let store = MemoryStore::builder()

@@ -38,7 +38,106 @@ pub use sliding_log::SlidingLogState;
 pub use sliding_window::SlidingWindowState;
 pub use token_bucket::TokenBucketState;
 
-use crate::{Decision, Info, Quota, Timestamp};
+use std::fmt;
+use std::str::FromStr;
+
+use crate::{Decision, Info, ParseQuotaError, Quota, Timestamp};
+
+/// How a quota is enforced.
+///
+/// The enum is exhaustive on purpose: a new algorithm is a breaking change of this crate, so
+/// every store must say how it runs it (a compile error), never route it to another algorithm.
+///
+/// | algorithm | state per key | behaviour |
+/// |-----------|---------------|-----------|
+/// | [`Gcra`](Self::Gcra) (default) | 8 bytes | smooth rate with a burst; exact |
+/// | [`TokenBucket`](Self::TokenBucket) | 16 bytes | a bucket of `burst` tokens refilled one at a time; exact |
+/// | [`FixedWindow`](Self::FixedWindow) | 16 bytes | `count` per aligned window; up to 2× across a boundary |
+/// | [`SlidingWindow`](Self::SlidingWindow) | 24 bytes | two windows, the previous one weighted by its overlap |
+/// | [`SlidingLog`](Self::SlidingLog) | 8 bytes × `count` | exact sliding window; for small limits (at most 4,096) |
+///
+/// ```
+/// use ratewarden_core::Algorithm;
+/// assert_eq!("sliding-window".parse::<Algorithm>(), Ok(Algorithm::SlidingWindow));
+/// assert_eq!(Algorithm::TokenBucket.to_string(), "token-bucket");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum Algorithm {
+    /// Generic cell rate algorithm: one timestamp per key, bursts up to `burst`, then one
+    /// request every `period / count`.
+    #[default]
+    Gcra,
+    /// Token bucket of capacity `burst`, refilled with `count` tokens per `period`.
+    TokenBucket,
+    /// At most `count` per window, windows aligned to the clock's epoch.
+    FixedWindow,
+    /// Sliding window counter: the current window's count plus the previous window's,
+    /// weighted by how much of it the sliding window still covers.
+    SlidingWindow,
+    /// Sliding window log: the timestamp of every admitted unit in the last `period`.
+    SlidingLog,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order of the table above.
+    ///
+    /// ```
+    /// use ratewarden_core::Algorithm;
+    /// let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
+    /// assert_eq!(names, ["gcra", "token-bucket", "fixed-window", "sliding-window", "sliding-log"]);
+    /// ```
+    pub const ALL: [Self; 5] = [
+        Self::Gcra,
+        Self::TokenBucket,
+        Self::FixedWindow,
+        Self::SlidingWindow,
+        Self::SlidingLog,
+    ];
+
+    /// The algorithm's name, as parsed and printed.
+    ///
+    /// ```
+    /// assert_eq!(ratewarden_core::Algorithm::SlidingLog.as_str(), "sliding-log");
+    /// ```
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Gcra => "gcra",
+            Self::TokenBucket => "token-bucket",
+            Self::FixedWindow => "fixed-window",
+            Self::SlidingWindow => "sliding-window",
+            Self::SlidingLog => "sliding-log",
+        }
+    }
+
+    pub(crate) const fn has_burst(self) -> bool {
+        matches!(self, Self::Gcra | Self::TokenBucket)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = ParseQuotaError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                ParseQuotaError::new(
+                    s,
+                    "unknown algorithm (expected gcra, token-bucket, fixed-window, sliding-window or sliding-log)",
+                )
+            })
+    }
+}
 
 /// The per-key state of one algorithm. `Default` is the state of a key never seen.
 ///

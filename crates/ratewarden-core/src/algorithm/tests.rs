@@ -224,7 +224,7 @@ proptest! {
             Algorithm::TokenBucket => earlier_is_stricter::<TokenBucketState>(&q, &steps, start, back_ns, cost),
             Algorithm::FixedWindow => earlier_is_stricter::<FixedWindowState>(&q, &steps, start, back_ns, cost),
             Algorithm::SlidingWindow => earlier_is_stricter::<SlidingWindowState>(&q, &steps, start, back_ns, cost),
-            _ => earlier_is_stricter::<SlidingLogState>(&q, &steps, start, back_ns, cost),
+            Algorithm::SlidingLog => earlier_is_stricter::<SlidingLogState>(&q, &steps, start, back_ns, cost),
         };
         prop_assert!(monotone);
     }
@@ -271,7 +271,7 @@ proptest! {
             Algorithm::TokenBucket => frozen::<TokenBucketState>(&q, now),
             Algorithm::FixedWindow => frozen::<FixedWindowState>(&q, now),
             Algorithm::SlidingWindow => frozen::<SlidingWindowState>(&q, now),
-            _ => frozen::<SlidingLogState>(&q, now),
+            Algorithm::SlidingLog => frozen::<SlidingLogState>(&q, now),
         };
         prop_assert_eq!(admitted, u64::from(q.burst()));
     }
@@ -582,7 +582,7 @@ proptest! {
             Algorithm::TokenBucket => never_locked_out_past_the_horizon::<TokenBucketState>(&q, &steps, start, back_ns, cost)?,
             Algorithm::FixedWindow => never_locked_out_past_the_horizon::<FixedWindowState>(&q, &steps, start, back_ns, cost)?,
             Algorithm::SlidingWindow => never_locked_out_past_the_horizon::<SlidingWindowState>(&q, &steps, start, back_ns, cost)?,
-            _ => never_locked_out_past_the_horizon::<SlidingLogState>(&q, &steps, start, back_ns, cost)?,
+            Algorithm::SlidingLog => never_locked_out_past_the_horizon::<SlidingLogState>(&q, &steps, start, back_ns, cost)?,
         }
     }
 }
