@@ -51,11 +51,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Quota::per_second(5)?.with_burst(10)?,
         PeerIp::new(),
     )
-    .name("reads")?
+    .name("reads")
     .on_store_error(FailureMode::fallback(MemoryStore::new(), instances));
     let health_checker = Key::from(std::net::IpAddr::from([127, 0, 0, 2]));
     let login = RateLimitLayer::new(Arc::clone(&store), Quota::per_minute(5)?, PeerIp::new())
-        .name("login")?
+        .name("login")
         .on_store_error(FailureMode::closed().allow([health_checker]));
 
     let breaker = Arc::clone(&store);

@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let layer = RateLimitLayer::new(MemoryStore::new(), default, api_key)
         .quota_by(per_route)
-        .name("api-key")?
+        .name("api-key")
         .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED));
 
     let app = Router::new()

@@ -47,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Quota::per_minute(100)?,
         Header::new(http::HeaderName::from_static("x-tenant")),
     )
-    .name("tenant")?;
+    .name("tenant");
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }).layer(per_tenant))
         .route("/debug/hot-keys", hot_keys);

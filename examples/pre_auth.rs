@@ -23,14 +23,14 @@ const DEMO_SECRET: &[u8] = b"ratewarden-tower demo secret: not for production";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let per_ip = RateLimitLayer::new(MemoryStore::new(), Quota::per_minute(60)?, PeerIp::new())
-        .name("ip")?;
+    let per_ip =
+        RateLimitLayer::new(MemoryStore::new(), Quota::per_minute(60)?, PeerIp::new()).name("ip");
     let per_user = RateLimitLayer::new(
         MemoryStore::new(),
         Quota::per_minute(5)?,
         JwtClaim::hs256(DEMO_SECRET)?,
     )
-    .name("user")?
+    .name("user")
     .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED));
 
     let app = Router::new()

@@ -61,13 +61,11 @@ async fn the_strictest_of_stacked_limits_sets_the_headers() {
     let layers = || {
         let (wide_store, _) = manual_store();
         let (narrow_store, _) = manual_store();
-        let wide = RateLimitLayer::new(wide_store, Quota::per_minute(100).unwrap(), Global)
-            .name("global")
-            .unwrap();
+        let wide =
+            RateLimitLayer::new(wide_store, Quota::per_minute(100).unwrap(), Global).name("global");
         let narrow =
             RateLimitLayer::new(narrow_store, Quota::per_minute(3).unwrap(), PeerIp::new())
-                .name("ip")
-                .unwrap();
+                .name("ip");
         (wide, narrow)
     };
     let (wide, narrow) = layers();
@@ -226,12 +224,10 @@ async fn named_layers_sharing_a_store_never_share_a_bucket() {
     let (store, _clock) = manual_store();
     let store = std::sync::Arc::new(store);
     let quota = Quota::per_minute(1).unwrap();
-    let login = RateLimitLayer::new(std::sync::Arc::clone(&store), quota, PeerIp::new())
-        .name("login")
-        .unwrap();
-    let search = RateLimitLayer::new(std::sync::Arc::clone(&store), quota, PeerIp::new())
-        .name("search")
-        .unwrap();
+    let login =
+        RateLimitLayer::new(std::sync::Arc::clone(&store), quota, PeerIp::new()).name("login");
+    let search =
+        RateLimitLayer::new(std::sync::Arc::clone(&store), quota, PeerIp::new()).name("search");
     let app = app().layer(login).layer(search);
     // Each request passes both limits: each limit's single request is its own.
     let (first, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
@@ -239,6 +235,30 @@ async fn named_layers_sharing_a_store_never_share_a_bucket() {
     let (second, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
     assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(store.len(), 2, "one bucket per limit");
+}
+
+#[tokio::test]
+async fn names_shown_alike_keep_their_own_buckets() {
+    let (store, _clock) = manual_store();
+    let store = std::sync::Arc::new(store);
+    let quota = Quota::per_minute(1).unwrap();
+    let spaced =
+        RateLimitLayer::new(std::sync::Arc::clone(&store), quota, PeerIp::new()).name("my search");
+    let underscored =
+        RateLimitLayer::new(std::sync::Arc::clone(&store), quota, PeerIp::new()).name("my_search");
+    assert_eq!(spaced.policy_name(), underscored.policy_name());
+    let app = app().layer(spaced).layer(underscored);
+    let (first, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        first.headers()["ratelimit-policy"],
+        r#""my_search";q=1;w=60"#
+    );
+    assert_eq!(
+        store.len(),
+        2,
+        "one bucket per name as given, however it is shown"
+    );
 }
 
 #[tokio::test]
@@ -370,9 +390,8 @@ fn outcomes_are_counted_through_the_metrics_facade() {
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let (store, _clock) = manual_store();
-    let layer = RateLimitLayer::new(store, Quota::per_minute(1).unwrap(), PeerIp::new())
-        .name("api")
-        .unwrap();
+    let layer =
+        RateLimitLayer::new(store, Quota::per_minute(1).unwrap(), PeerIp::new()).name("api");
     let mut service = layer.layer(tower::service_fn(|_: Request<Body>| async {
         Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
     }));

@@ -13,9 +13,8 @@ use crate::support::{app, get_from, header, manual_store, send};
 #[tokio::test]
 async fn admitted_and_denied_responses_carry_exact_headers() {
     let (store, _clock) = manual_store();
-    let layer = RateLimitLayer::new(store, Quota::per_minute(3).unwrap(), PeerIp::new())
-        .name("api")
-        .unwrap();
+    let layer =
+        RateLimitLayer::new(store, Quota::per_minute(3).unwrap(), PeerIp::new()).name("api");
     let app = app().layer(layer);
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)

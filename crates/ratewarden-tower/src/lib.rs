@@ -37,9 +37,9 @@
 //!
 //! # fn app() -> Result<Router, Box<dyn std::error::Error>> {
 //! let per_user = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(5)?, JwtClaim::hs256(b"secret")?)
-//!     .name("user")?
+//!     .name("user")
 //!     .on_missing_key(MissingKey::Reject(http::StatusCode::UNAUTHORIZED));
-//! let per_ip = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, PeerIp::new()).name("ip")?;
+//! let per_ip = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, PeerIp::new()).name("ip");
 //! let app = Router::new()
 //!     .route("/me", get(|| async { "you" }))
 //!     .layer(per_user) // inner: runs second, only for requests the IP limit let through

@@ -148,34 +148,52 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     /// layers with different names never share a bucket, even on one store; gateways of a
     /// fleet that give a limit the same name share its buckets through a shared store.
     ///
-    /// # Errors
+    /// Any string is a name, so this cannot fail. The buckets are scoped by the name exactly
+    /// as given; where it is shown (headers, metric labels, logs), every byte other than an
+    /// ASCII letter, digit, `-`, `_`, `.` or `:` is shown as `_` and the name is cut to 64
+    /// bytes, so that it always fits a `RateLimit-Policy` field. An empty name is `default`.
     ///
-    /// When `name` is empty, longer than 64 bytes, or holds anything but ASCII letters,
-    /// digits, `-`, `_`, `.` and `:`.
+    /// ```
+    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+    /// let search = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global).name("search");
+    /// let shown = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global).name("my search");
+    /// assert_eq!(search.policy_name(), "search");
+    /// assert_eq!(shown.policy_name(), "my_search"); // its own buckets, shown with a `_`
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn name(mut self, name: &str) -> Self {
+        if name.is_empty() || name == "default" {
+            self.config.name = Arc::from("default");
+            self.config.scope = 0;
+            return self;
+        }
+        let shown: String = name
+            .bytes()
+            .take(64)
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-_.:".contains(&b) {
+                    char::from(b)
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        self.config.name = Arc::from(shown);
+        self.config.scope = ratewarden_core::Key::scope_of(name);
+        self
+    }
+
+    /// The name shown in headers, metrics and logs (see [`name`](Self::name)).
     ///
     /// ```
     /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
     /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global);
-    /// let layer = layer.name("search")?;
-    /// # let _ = layer;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// assert_eq!(layer.policy_name(), "default");
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
     /// ```
-    pub fn name(mut self, name: &str) -> Result<Self, InvalidPolicyName> {
-        let valid = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
-        if !valid {
-            return Err(InvalidPolicyName(name.to_owned()));
-        }
-        self.config.name = Arc::from(name);
-        self.config.scope = if name == "default" {
-            0
-        } else {
-            ratewarden_core::Key::scope_of(name)
-        };
-        Ok(self)
+    #[must_use]
+    pub fn policy_name(&self) -> &str {
+        &self.config.name
     }
 
     /// Which rate-limit header fields to send (default [`HeaderStyle::Both`]).
@@ -321,30 +339,3 @@ impl<K: fmt::Debug, St, P: fmt::Debug, C, R> fmt::Debug for RateLimitLayer<K, St
             .finish_non_exhaustive()
     }
 }
-
-/// A policy name that cannot appear in a `RateLimit-Policy` field.
-///
-/// ```
-/// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
-/// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(1)?, Global);
-/// let err = layer.name("has \"quotes\"").unwrap_err();
-/// assert_eq!(
-///     err.to_string(),
-///     "invalid rate-limit policy name \"has \\\"quotes\\\"\": use 1 to 64 ASCII letters, digits, '-', '_', '.' or ':'",
-/// );
-/// # Ok::<(), ratewarden_tower::QuotaError>(())
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidPolicyName(String);
-
-impl fmt::Display for InvalidPolicyName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid rate-limit policy name {:?}: use 1 to 64 ASCII letters, digits, '-', '_', '.' or ':'",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for InvalidPolicyName {}

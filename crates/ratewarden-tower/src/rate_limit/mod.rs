@@ -65,7 +65,7 @@ use ratewarden_core::Quota;
 
 pub use body::ResponseBody;
 pub use failure::FailureMode;
-pub use layer::{InvalidPolicyName, RateLimitLayer};
+pub use layer::RateLimitLayer;
 pub use response::{DefaultRejection, DenialReason, Denied, Rejection};
 pub use service::RateLimit;
 
