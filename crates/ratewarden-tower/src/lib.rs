@@ -51,13 +51,22 @@
 //!
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
+//! | `axum` | **yes** | the peer address from axum's `ConnectInfo<SocketAddr>` (serve with `into_make_service_with_connect_info::<SocketAddr>()`) |
 //! | `redis` | no | `RedisStore`, `RedisConfig` and `HotKeys` from `ratewarden-redis`: one quota for a fleet |
-//! | `axum` | no | the peer address from axum's `ConnectInfo<SocketAddr>` |
 //! | `tonic` | no | the peer address from tonic's `TcpConnectInfo` |
-//! | `jwt` | no | [`key::JwtClaim`] |
+//! | `jwt` | no | [`key::JwtClaim`], verifying with the crypto backend your application gives `jsonwebtoken` |
+//! | `jwt-rust-crypto` | no | `jwt` with jsonwebtoken's RustCrypto backend (pure Rust) |
+//! | `jwt-aws-lc-rs` | no | `jwt` with jsonwebtoken's aws-lc-rs backend (C, FIPS-capable) |
 //! | `tracing` | no | `tracing` events for denials (keys as unlinkable fingerprints), missing keys and store errors |
-//! | `metrics` | no | `ratewarden_requests_total{limit, outcome}` counters through the `metrics` facade |
-//! | `full` | no | all of the above |
+//! | `metrics` | no | counters through the `metrics` facade ([`rate_limit`] lists them) |
+//! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`] and [`Algorithm`] in their string forms |
+//! | `full` | no | all of the above but `jwt-aws-lc-rs` |
+//!
+//! Pick one JWT backend. If your application already uses `jsonwebtoken` with a backend, turn
+//! on `jwt` alone and it verifies with yours. With two backends compiled in and none installed,
+//! `jsonwebtoken` panics at its first use; building a [`JwtClaim`](key::JwtClaim) then installs
+//! the backend of this crate's feature as the process default (RustCrypto if both), and
+//! without any backend it returns an error: never a panic at a request.
 //!
 //! MSRV: Rust 1.89.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -68,9 +77,26 @@ pub mod rate_limit;
 
 pub use rate_limit::{RateLimit, RateLimitLayer};
 pub use ratewarden_core::{
-    Decision, Info, Key, ParseQuotaError, Quota, QuotaError, Store, StoreError,
+    Algorithm, Clock, Decision, Info, Key, ManualClock, MonotonicClock, ParseQuotaError, Quota,
+    QuotaError, Store, StoreError, StoreErrorKind, Timestamp,
 };
-pub use ratewarden_memory::MemoryStore;
+pub use ratewarden_memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use ratewarden_redis::{HotKeys, RedisConfig, RedisStore};
+pub use ratewarden_redis::{ConfigError as RedisConfigError, HotKeys, RedisConfig, RedisStore};
+
+/// The `ipnet` crate this one takes trusted proxy networks from
+/// ([`ClientIp::trust`](key::ClientIp::trust)), so that no second version is needed to name them.
+///
+/// ```
+/// let network: ratewarden_tower::ipnet::IpNet = "10.0.0.0/8".parse().unwrap();
+/// use ratewarden_tower::key::{ClientIp, ForwardedHeader};
+/// let client_ip = ClientIp::new(ForwardedHeader::XForwardedFor).trust(network);
+/// # let _ = client_ip;
+/// ```
+pub use ipnet;
+/// The `jsonwebtoken` crate [`JwtClaim`](key::JwtClaim) verifies with: its key, validation and
+/// error types.
+#[cfg(feature = "jwt")]
+#[cfg_attr(docsrs, doc(cfg(feature = "jwt")))]
+pub use jsonwebtoken;

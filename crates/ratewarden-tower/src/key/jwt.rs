@@ -29,10 +29,10 @@ use super::KeyExtractor;
 /// use ratewarden_tower::key::{JwtClaim, KeyExtractor};
 ///
 /// let secret = b"demo secret";
+/// let extractor = JwtClaim::hs256(secret)?; // fails here if jsonwebtoken has no backend
+///
 /// let claims = serde_json::json!({ "sub": "user-42", "exp": 4_000_000_000u64 });
 /// let token = jsonwebtoken::encode(&Header::default(), &claims, &EncodingKey::from_secret(secret)?)?;
-///
-/// let extractor = JwtClaim::hs256(secret)?;
 /// let req = Request::builder()
 ///     .header("authorization", format!("Bearer {token}"))
 ///     .body(())?;
@@ -62,10 +62,10 @@ impl JwtClaim {
     /// # Ok::<(), jsonwebtoken::errors::Error>(())
     /// ```
     pub fn hs256(secret: &[u8]) -> Result<Self, jsonwebtoken::errors::Error> {
-        Ok(Self::new(
+        Self::new(
             DecodingKey::from_secret(secret)?,
             validation(Algorithm::HS256),
-        ))
+        )
     }
 
     /// Verifies RS256 tokens with an RSA public key in PEM and keys by `sub`.
@@ -78,10 +78,10 @@ impl JwtClaim {
     /// assert!(ratewarden_tower::key::JwtClaim::rs256_pem(b"not a key").is_err());
     /// ```
     pub fn rs256_pem(pem: &[u8]) -> Result<Self, jsonwebtoken::errors::Error> {
-        Ok(Self::new(
+        Self::new(
             DecodingKey::from_rsa_pem(pem)?,
             validation(Algorithm::RS256),
-        ))
+        )
     }
 
     /// Verifies ES256 tokens with an EC public key in PEM and keys by `sub`.
@@ -94,10 +94,7 @@ impl JwtClaim {
     /// assert!(ratewarden_tower::key::JwtClaim::es256_pem(b"not a key").is_err());
     /// ```
     pub fn es256_pem(pem: &[u8]) -> Result<Self, jsonwebtoken::errors::Error> {
-        Ok(Self::new(
-            DecodingKey::from_ec_pem(pem)?,
-            validation(Algorithm::ES256),
-        ))
+        Self::new(DecodingKey::from_ec_pem(pem)?, validation(Algorithm::ES256))
     }
 
     /// Verifies with `key` under `validation` as given (algorithms, expiry, audience, issuer,
@@ -106,21 +103,28 @@ impl JwtClaim {
     /// set; the ready-made constructors check `nbf` and accept any audience until
     /// [`audience`](Self::audience).
     ///
+    /// # Errors
+    ///
+    /// When `jsonwebtoken` has no crypto backend for this process (see the crate's feature
+    /// flags): never later, at a request.
+    ///
     /// ```
-    /// use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+    /// use ratewarden_tower::jsonwebtoken::{Algorithm, DecodingKey, Validation};
     /// let mut validation = Validation::new(Algorithm::HS256);
     /// validation.set_audience(&["api"]);
-    /// let extractor = ratewarden_tower::key::JwtClaim::new(DecodingKey::from_secret(b"s")?, validation);
-    /// # drop(extractor);
-    /// # Ok::<(), jsonwebtoken::errors::Error>(())
+    /// let extractor = ratewarden_tower::key::JwtClaim::new(DecodingKey::from_secret(b"s")?, validation)?;
+    /// # Ok::<(), ratewarden_tower::jsonwebtoken::errors::Error>(())
     /// ```
-    #[must_use]
-    pub fn new(key: DecodingKey, validation: Validation) -> Self {
-        Self {
+    pub fn new(
+        key: DecodingKey,
+        validation: Validation,
+    ) -> Result<Self, jsonwebtoken::errors::Error> {
+        crypto_backend()?;
+        Ok(Self {
             key: Arc::new(key),
             validation: Arc::new(validation),
             claim: Arc::from("sub"),
-        }
+        })
     }
 
     /// Accepts only tokens whose `aud` (a string, or any element of an array) is one of
@@ -218,5 +222,30 @@ impl<B> KeyExtractor<B> for JwtClaim {
             }
             _ => None,
         }
+    }
+}
+
+/// Makes sure `jsonwebtoken` can verify in this process, so that no request ever meets its
+/// panic for a missing backend. With exactly one backend compiled in, or one installed by the
+/// application, that one is used. With none selected (both compiled in, say) and one of this
+/// crate's backend features on, that backend is installed as the process default (RustCrypto
+/// when both features are on).
+fn crypto_backend() -> Result<(), jsonwebtoken::errors::Error> {
+    use jsonwebtoken::crypto::CryptoProvider;
+    if CryptoProvider::try_get_default().is_some() {
+        return Ok(());
+    }
+    #[cfg(feature = "jwt-rust-crypto")]
+    let _ = jsonwebtoken::crypto::rust_crypto::DEFAULT_PROVIDER.install_default();
+    #[cfg(all(feature = "jwt-aws-lc-rs", not(feature = "jwt-rust-crypto")))]
+    let _ = jsonwebtoken::crypto::aws_lc::DEFAULT_PROVIDER.install_default();
+    match CryptoProvider::try_get_default() {
+        Some(_) => Ok(()),
+        None => Err(jsonwebtoken::errors::ErrorKind::Provider(
+            "jsonwebtoken has no crypto backend selected: enable ratewarden-tower's `jwt-rust-crypto` \
+             or `jwt-aws-lc-rs` feature, or call jsonwebtoken's `CryptoProvider::install_default` first"
+                .to_owned(),
+        )
+        .into()),
     }
 }

@@ -189,5 +189,26 @@ pub fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
     {
         return Some(addr);
     }
-    extensions.get::<SocketAddr>().copied()
+    let addr = extensions.get::<SocketAddr>().copied();
+    if addr.is_none() {
+        warn_no_peer_address();
+    }
+    addr
+}
+
+/// A server that never gives the peer address is a deployment mistake, not a client's: every
+/// request keyed by it gets the missing-key answer. Said once per process, at warn level.
+fn warn_no_peer_address() {
+    #[cfg(feature = "tracing")]
+    {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "a request has no peer address, so it has no rate-limit key: serve axum with \
+                 `into_make_service_with_connect_info::<SocketAddr>()` (ratewarden-tower's `axum` \
+                 feature is on by default), tonic with the `tonic` feature, or insert a \
+                 `SocketAddr` into the request extensions"
+            );
+        });
+    }
 }
