@@ -428,6 +428,63 @@ fn outcomes_are_counted_through_the_metrics_facade() {
     );
 }
 
+#[test]
+fn a_request_the_failure_mode_decides_is_counted_once_under_its_own_outcome() {
+    use tower::{Layer, ServiceExt};
+
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let quota = Quota::per_minute(1).unwrap();
+    let modes = [
+        ("open", FailureMode::open()),
+        ("closed", FailureMode::closed()),
+        (
+            "fallback",
+            FailureMode::fallback(
+                ratewarden_memory::MemoryStore::new(),
+                std::num::NonZeroU32::new(1).unwrap(),
+            ),
+        ),
+    ];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            for (name, mode) in modes {
+                let layer = RateLimitLayer::new(Broken, quota, PeerIp::new())
+                    .name(name)
+                    .on_store_error(mode);
+                let service = layer.layer(tower::service_fn(|_: Request<Body>| async {
+                    Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+                }));
+                for _ in 0..2 {
+                    let request = get_from("192.0.2.1:1", "/", &[]);
+                    service.clone().oneshot(request).await.unwrap();
+                }
+            }
+        });
+    });
+    let mut counts = counters(&snapshotter);
+    counts.retain(|(name, _)| name.starts_with("ratewarden_requests_total"));
+    counts.sort();
+    let expected: Vec<(String, u64)> = [
+        ("closed", "failure_closed", 2),
+        ("fallback", "fallback_allowed", 1),
+        ("fallback", "fallback_denied", 1),
+        ("open", "failure_open", 2),
+    ]
+    .into_iter()
+    .map(|(limit, outcome, n)| {
+        (
+            format!("ratewarden_requests_total limit={limit},outcome={outcome}"),
+            n,
+        )
+    })
+    .collect();
+    assert_eq!(counts, expected);
+}
+
 #[tokio::test]
 async fn the_breaker_reports_each_transition_once_not_each_request() {
     use ratewarden_tower::breaker::CircuitBreaker;

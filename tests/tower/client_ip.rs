@@ -167,9 +167,12 @@ async fn a_request_without_connect_info_gets_the_configured_outcome() {
             let (response, body) = send(&app, request()).await;
             assert_eq!(response.status(), expected);
             if expected != StatusCode::OK {
+                // A problem+json body naming the status, and nothing of how the limit works.
                 let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
                 assert_eq!(problem["status"], expected.as_u16());
-                assert!(problem["detail"].as_str().unwrap().contains("key"));
+                assert_eq!(problem["title"], expected.canonical_reason().unwrap());
+                assert_eq!(problem.as_object().unwrap().len(), 3, "{problem}");
+                assert!(!response.headers().contains_key("www-authenticate"));
             }
         }
         // Never a shared bucket: nothing was counted.
@@ -228,4 +231,29 @@ fn a_proxy_network_written_ipv4_mapped_is_trusted_for_its_ipv4_addresses() {
             "11.0.0.2".parse::<std::net::IpAddr>().unwrap()
         ))
     );
+}
+
+#[tokio::test]
+async fn a_request_without_a_key_gets_the_response_the_user_chose() {
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::new(store.clone(), Quota::per_second(1).unwrap(), PeerIp::new())
+        .on_missing_key(MissingKey::respond(|| {
+            let mut response = http::Response::new(bytes::Bytes::from_static(b"who are you?"));
+            *response.status_mut() = StatusCode::FORBIDDEN;
+            response
+                .headers_mut()
+                .insert("x-why", http::HeaderValue::from_static("no-address"));
+            response
+        }));
+    let app = app().layer(layer);
+    for _ in 0..2 {
+        let request = http::Request::get("/")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let (response, body) = send(&app, request).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        assert_eq!(response.headers()["x-why"], "no-address");
+        assert_eq!(&body[..], b"who are you?");
+    }
+    assert!(store.is_empty());
 }

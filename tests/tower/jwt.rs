@@ -201,3 +201,26 @@ fn tokens_with_an_audience_are_keys_and_audience_and_issuer_are_checked_when_set
     let token = signed(jsonwebtoken::Algorithm::HS256, &wrong_issuer);
     assert_eq!(ours.extract(&bearer(&token)), None);
 }
+
+#[tokio::test]
+async fn a_request_without_a_valid_bearer_token_is_challenged() {
+    let (store, _) = manual_store();
+    let per_user = RateLimitLayer::new(
+        store.clone(),
+        Quota::per_minute(2).unwrap(),
+        JwtClaim::hs256(SECRET).unwrap(),
+    )
+    .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED));
+    let app = app().layer(per_user);
+    for auth in [None, Some("Bearer not.a.jwt")] {
+        let headers: Vec<(&str, &[u8])> = auth
+            .map(|a| vec![("authorization", a.as_bytes())])
+            .unwrap_or_default();
+        let (response, body) = send(&app, get_from("192.0.2.1:1", "/", &headers)).await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["title"], "Unauthorized");
+    }
+    assert!(store.is_empty());
+}

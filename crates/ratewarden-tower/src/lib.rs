@@ -47,6 +47,19 @@
 //! # Ok(app) }
 //! ```
 //!
+//! # Metrics
+//!
+//! With the `metrics` feature, through the [`metrics`](https://docs.rs/metrics) facade (install
+//! any recorder, e.g. a Prometheus exporter). Every request a layer handles is counted once.
+//!
+//! | name | type, unit | labels | what it counts |
+//! |------|------------|--------|----------------|
+//! | `ratewarden_requests_total` | counter, requests | `limit` (the layer's [name](RateLimitLayer::name)), `outcome` | each request a layer handled, by `outcome`: `allowed`, `denied`, `shadow_denied` (denied, passed in shadow mode), `missing_key`, and while the store fails: `failure_open` (passed uncounted), `failure_closed` (answered 503), `fallback_allowed`, `fallback_denied` (decided by the local fallback) |
+//! | `ratewarden_store_failures_total` | counter, failed calls | `breaker` (its name), `kind` ([`StoreErrorKind::as_str`]) | each call a [`CircuitBreaker`](breaker::CircuitBreaker) saw fail, and why |
+//! | `ratewarden_breaker_transitions_total` | counter, transitions | `breaker`, `to` (`closed`, `half-open`, `open`) | each change of a breaker's state |
+//! | `ratewarden_breaker_state` | gauge, state | `breaker` | the breaker's state now: 0 closed, 1 half open, 2 open |
+//! | `ratewarden_redis_corrupt_states_total` | counter, states | none | Redis states that could not be read, each denied once and replaced (`ratewarden-redis`) |
+//!
 //! # Feature flags
 //!
 //! | feature | default | what it adds |

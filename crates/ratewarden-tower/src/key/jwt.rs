@@ -190,6 +190,10 @@ impl fmt::Debug for JwtClaim {
 }
 
 impl<B> KeyExtractor<B> for JwtClaim {
+    fn challenge(&self) -> Option<http::HeaderValue> {
+        Some(http::HeaderValue::from_static("Bearer"))
+    }
+
     fn extract(&self, req: &Request<B>) -> Option<Key> {
         let mut values = req.headers().get_all(AUTHORIZATION).iter();
         let value = values.next()?.to_str().ok()?;

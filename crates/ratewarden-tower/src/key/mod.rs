@@ -62,6 +62,18 @@ pub use peer_ip::PeerIp;
 pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     /// The request's key, or `None` when it has none.
     fn extract(&self, req: &Request<B>) -> Option<Key>;
+
+    /// The `WWW-Authenticate` challenge to send with the answer to a request without a key,
+    /// when the key is a credential (`Bearer` for `JwtClaim`); `None`, the default, for
+    /// keys that are not.
+    ///
+    /// ```
+    /// use ratewarden_tower::key::{KeyExtractor, PeerIp};
+    /// assert_eq!(KeyExtractor::<()>::challenge(&PeerIp::new()), None);
+    /// ```
+    fn challenge(&self) -> Option<http::HeaderValue> {
+        None
+    }
 }
 
 impl<B, F> KeyExtractor<B> for F

@@ -324,7 +324,7 @@ where
                 reject: self.reject.clone(),
                 config: self.config.clone(),
                 first_policy: OnceLock::new(),
-                missing_key_body: OnceLock::new(),
+                missing_key_answer: OnceLock::new(),
             }),
         )
     }

@@ -56,16 +56,18 @@ mod body;
 mod failure;
 pub mod future;
 mod layer;
+mod missing_key;
 mod observe;
 mod response;
 mod service;
 
-use http::{Request, StatusCode};
+use http::Request;
 use ratewarden_core::Quota;
 
 pub use body::ResponseBody;
 pub use failure::FailureMode;
 pub use layer::RateLimitLayer;
+pub use missing_key::MissingKey;
 pub use response::{DefaultRejection, DenialReason, Denied, Rejection};
 pub use service::RateLimit;
 
@@ -87,29 +89,6 @@ pub enum HeaderStyle {
     Both,
     /// None (a rejection still carries `Retry-After`).
     None,
-}
-
-/// What to do with a request from which no key can be extracted (no peer address, no valid
-/// token, ...). Never a shared bucket.
-///
-/// ```
-/// use http::StatusCode;
-/// use ratewarden_tower::rate_limit::MissingKey;
-/// assert_eq!(MissingKey::default(), MissingKey::Reject(StatusCode::BAD_REQUEST));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum MissingKey {
-    /// Answer with this status and a `problem+json` body saying why (the default is 400).
-    Reject(StatusCode),
-    /// Let the request through without counting it against this limit.
-    Skip,
-}
-
-impl Default for MissingKey {
-    fn default() -> Self {
-        Self::Reject(StatusCode::BAD_REQUEST)
-    }
 }
 
 /// Which quota applies to a request: a fixed [`Quota`], or a closure

@@ -9,8 +9,15 @@ pub(crate) enum Event {
     Allowed,
     Denied,
     ShadowDenied,
-    StoreError,
     MissingKey,
+    /// The store failed and the failure mode let the request through uncounted.
+    FailureOpen,
+    /// The store failed and the failure mode answered 503.
+    FailureClosed,
+    /// The store failed and the fallback store admitted the request.
+    FallbackAllowed,
+    /// The store failed and the fallback store denied the request.
+    FallbackDenied,
 }
 
 impl Event {
@@ -20,8 +27,11 @@ impl Event {
             Self::Allowed => "allowed",
             Self::Denied => "denied",
             Self::ShadowDenied => "shadow_denied",
-            Self::StoreError => "store_error",
             Self::MissingKey => "missing_key",
+            Self::FailureOpen => "failure_open",
+            Self::FailureClosed => "failure_closed",
+            Self::FallbackAllowed => "fallback_allowed",
+            Self::FallbackDenied => "fallback_denied",
         }
     }
 }

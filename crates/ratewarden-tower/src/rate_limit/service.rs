@@ -55,8 +55,8 @@ pub(crate) struct Shared<K, St, P, C, R> {
     /// The headers of the first quota this limit applied, formatted once: a fixed quota's,
     /// or the commonest of a policy's (others are formatted per request).
     pub(crate) first_policy: OnceLock<Arc<PolicyHeaders>>,
-    /// The body of a missing-key rejection, formatted once.
-    pub(crate) missing_key_body: OnceLock<Bytes>,
+    /// The answer to a request without a key, made once (`None`: let it through).
+    pub(crate) missing_key_answer: OnceLock<Option<Response<Bytes>>>,
 }
 
 /// What the layer does with a request once the store has decided.
@@ -93,18 +93,38 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         cost: u32,
         grpc: bool,
     ) -> Outcome {
+        match result {
+            Ok(decision) => self.decided(decision, key, quota, grpc, false),
+            Err(error) => self.store_failed(&error, key, quota, cost, grpc),
+        }
+    }
+
+    /// What to do with a request `decision` decided: by the store, or by the failure mode's
+    /// fallback store (`fallback`), counted under outcomes of its own.
+    fn decided(
+        &self,
+        decision: Decision,
+        key: &Key,
+        quota: Quota,
+        grpc: bool,
+        fallback: bool,
+    ) -> Outcome {
         let config = &self.config;
-        let (info, reason) = match result {
-            Ok(Decision::Allowed(info)) => {
-                observe::count(&config.name, Event::Allowed);
+        let (info, reason) = match decision {
+            Decision::Allowed(info) => {
+                let event = if fallback {
+                    Event::FallbackAllowed
+                } else {
+                    Event::Allowed
+                };
+                observe::count(&config.name, event);
                 let headers = config
                     .headers_on_allowed
                     .then(|| (self.policy_headers(quota), info));
                 return Outcome::Allow(headers);
             }
-            Ok(Decision::Denied(info)) => (info, DenialReason::RateLimited),
-            Ok(Decision::InsufficientCapacity(info)) => (info, DenialReason::InsufficientCapacity),
-            Err(error) => return self.store_failed(&error, key, quota, cost, grpc),
+            Decision::Denied(info) => (info, DenialReason::RateLimited),
+            Decision::InsufficientCapacity(info) => (info, DenialReason::InsufficientCapacity),
         };
         #[cfg(feature = "tracing")]
         tracing::debug!(
@@ -122,7 +142,12 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             observe::count(&config.name, Event::ShadowDenied);
             return Outcome::Allow(Some((headers, info)));
         }
-        observe::count(&config.name, Event::Denied);
+        let event = if fallback {
+            Event::FallbackDenied
+        } else {
+            Event::Denied
+        };
+        observe::count(&config.name, event);
         let denied = Denied {
             info,
             quota,
@@ -142,17 +167,21 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         cost: u32,
         grpc: bool,
     ) -> Outcome {
-        observe::count(&self.config.name, Event::StoreError);
-        // Per request at debug only: a down store fails every request, and the circuit breaker
+        // Counted once, by what the failure mode made of it (the store's own failures are
+        // counted, by kind, by the circuit breaker). Per request at debug only: a down store fails every request, and the circuit breaker
         // logs its transitions once each.
         #[cfg(feature = "tracing")]
         tracing::debug!(limit = %self.config.name, %error, mode = ?self.config.failure, "rate-limit store failed");
         #[cfg(not(feature = "tracing"))]
         let _ = error;
         match self.config.failure.on_failure(key, &quota, cost) {
-            Failed::Pass => Outcome::Allow(None),
-            Failed::Decided(decision, share) => self.outcome(Ok(decision), key, share, cost, grpc),
+            Failed::Pass => {
+                observe::count(&self.config.name, Event::FailureOpen);
+                Outcome::Allow(None)
+            }
+            Failed::Decided(decision, share) => self.decided(decision, key, share, grpc, true),
             Failed::Unavailable => {
+                observe::count(&self.config.name, Event::FailureClosed);
                 let mut response = status_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     UNAVAILABLE_DETAIL,
@@ -167,31 +196,35 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         }
     }
 
-    fn missing_key(&self, status: StatusCode, grpc: bool) -> Response<Bytes> {
+    /// The answer to a request without a key, or `None` to let it through uncounted.
+    fn missing_key<B>(&self, grpc: bool) -> Option<Response<Bytes>>
+    where
+        K: KeyExtractor<B>,
+    {
         observe::count(&self.config.name, Event::MissingKey);
         #[cfg(feature = "tracing")]
         tracing::debug!(limit = %self.config.name, "request has no rate-limit key");
-        let body = || {
-            self.missing_key_body
-                .get_or_init(|| problem_body(status, MISSING_KEY_DETAIL))
-                .clone()
-        };
-        status_response(status, MISSING_KEY_DETAIL, body, grpc)
+        if grpc {
+            // Rare enough to make each time; HTTP answers are made once.
+            return self.config.missing_key.answer(true, self.key.challenge());
+        }
+        self.missing_key_answer
+            .get_or_init(|| self.config.missing_key.answer(false, self.key.challenge()))
+            .as_ref()
+            .map(clone_response)
     }
 }
 
-const MISSING_KEY_DETAIL: &str = "No rate-limit key could be derived from the request.";
+/// A copy of a made-once response (the body is reference-counted).
+fn clone_response(response: &Response<Bytes>) -> Response<Bytes> {
+    let mut copy = Response::new(response.body().clone());
+    *copy.status_mut() = response.status();
+    *copy.headers_mut() = response.headers().clone();
+    copy
+}
+
 const UNAVAILABLE_DETAIL: &str = "The rate limiter is unavailable; retry shortly.";
 const UNAVAILABLE_BODY: &[u8] = br#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limiter is unavailable; retry shortly."}"#;
-
-/// A `problem+json` body for `status` and `detail`.
-fn problem_body(status: StatusCode, detail: &str) -> Bytes {
-    Bytes::from(format!(
-        r#"{{"type":"about:blank","title":"{}","status":{},"detail":"{detail}"}}"#,
-        status.canonical_reason().unwrap_or("Error"),
-        status.as_u16()
-    ))
-}
 
 /// A response with `status` and a `problem+json` body (formatted once, by the caller), or the
 /// matching gRPC status.
@@ -298,11 +331,9 @@ where
         };
         let grpc = is_grpc(&req);
         let Some(key) = shared.key.extract(&req).map(|key| key.scoped(config.scope)) else {
-            return match config.missing_key {
-                MissingKey::Skip => ResponseFuture::inner(self.inner.call(req), None),
-                MissingKey::Reject(status) => {
-                    ResponseFuture::ready(shared.missing_key(status, grpc))
-                }
+            return match shared.missing_key::<B>(grpc) {
+                None => ResponseFuture::inner(self.inner.call(req), None),
+                Some(answer) => ResponseFuture::ready(answer),
             };
         };
         let cost = shared.cost.cost(&req);
