@@ -12,7 +12,7 @@ use pin_project_lite::pin_project;
 use ratewarden_core::Info;
 
 use super::body::ResponseBody;
-use super::response::PolicyHeaders;
+use super::headers::PolicyHeaders;
 
 type BoxFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 type Headers = Option<(Arc<PolicyHeaders>, Info)>;

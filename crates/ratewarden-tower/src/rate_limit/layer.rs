@@ -4,7 +4,7 @@ use std::sync::{Arc, OnceLock};
 use ratewarden_core::Quota;
 use tower_layer::Layer;
 
-use super::response::DefaultRejection;
+use super::rejection::DefaultRejection;
 use super::service::{Config, RateLimit, Shared};
 use super::{FailureMode, HeaderStyle, MissingKey, UnitCost};
 

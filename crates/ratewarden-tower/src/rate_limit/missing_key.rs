@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
-use super::response;
+use super::problem;
 
 /// What to do with a request from which no key can be extracted (no peer address, no valid
 /// token, ...). Never a shared bucket.
@@ -74,15 +74,9 @@ impl MissingKey {
         };
         let title = status.canonical_reason().unwrap_or("Error");
         let mut answer = if grpc {
-            response::grpc_status(response::grpc_code(status), title)
+            problem::grpc_status(problem::grpc_code(status), title)
         } else {
-            response::problem(
-                status,
-                Bytes::from(format!(
-                    r#"{{"type":"about:blank","title":"{title}","status":{}}}"#,
-                    status.as_u16()
-                )),
-            )
+            problem::problem(status, problem::body("about:blank", status, None))
         };
         if let Some(challenge) = challenge {
             answer

@@ -53,128 +53,24 @@
 //! strictest decision (the fewest remaining) sets the headers.
 
 mod body;
+mod cost;
 mod failure;
 pub mod future;
+mod headers;
 mod layer;
 mod missing_key;
 mod observe;
-mod response;
+mod policy;
+mod problem;
+mod rejection;
 mod service;
 
-use http::Request;
-use ratewarden_core::Quota;
-
 pub use body::ResponseBody;
+pub use cost::{Cost, UnitCost};
 pub use failure::FailureMode;
+pub use headers::HeaderStyle;
 pub use layer::RateLimitLayer;
 pub use missing_key::MissingKey;
-pub use response::{DefaultRejection, DenialReason, Denied, Rejection};
+pub use policy::QuotaPolicy;
+pub use rejection::{DefaultRejection, DenialReason, Denied, Rejection};
 pub use service::RateLimit;
-
-/// Which rate-limit header fields responses carry.
-///
-/// ```
-/// use ratewarden_tower::rate_limit::HeaderStyle;
-/// assert_eq!(HeaderStyle::default(), HeaderStyle::Both);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HeaderStyle {
-    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10).
-    Ietf,
-    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
-    XRateLimit,
-    /// Both of the above.
-    #[default]
-    Both,
-    /// None (a rejection still carries `Retry-After`).
-    None,
-}
-
-/// Which quota applies to a request: a fixed [`Quota`], or a closure
-/// `Fn(&Request<B>) -> Option<Quota>` choosing by route, method or plan. `None` exempts the
-/// request from this limit.
-///
-/// ```
-/// use http::{Method, Request};
-/// use ratewarden_tower::Quota;
-/// use ratewarden_tower::rate_limit::QuotaPolicy;
-///
-/// let reads = Quota::per_second(100).unwrap();
-/// let writes = Quota::per_second(10).unwrap();
-/// let by_method = move |req: &Request<()>| match *req.method() {
-///     Method::GET | Method::HEAD => Some(reads),
-///     _ => Some(writes),
-/// };
-/// let post = Request::post("/").body(()).unwrap();
-/// assert_eq!(by_method.quota(&post), Some(writes));
-/// assert_eq!(reads.quota(&post), Some(reads));
-/// ```
-pub trait QuotaPolicy<B>: Clone + Send + Sync + 'static {
-    /// The quota for `req`, or `None` to let it through unlimited.
-    fn quota(&self, req: &Request<B>) -> Option<Quota>;
-}
-
-impl<B> QuotaPolicy<B> for Quota {
-    fn quota(&self, _req: &Request<B>) -> Option<Quota> {
-        Some(*self)
-    }
-}
-
-impl<B, F> QuotaPolicy<B> for F
-where
-    F: Fn(&Request<B>) -> Option<Quota> + Clone + Send + Sync + 'static,
-{
-    fn quota(&self, req: &Request<B>) -> Option<Quota> {
-        self(req)
-    }
-}
-
-/// How much of the quota a request uses: [`UnitCost`] (1, the default) or a closure
-/// `Fn(&Request<B>) -> u32`.
-///
-/// A cost of 0 is checked but never counted, so it is admitted however spent the key is;
-/// a cost above the burst is never admitted. A cost read from the request is the client's
-/// choice: clamp it to at least 1 (and to what the quota can admit).
-///
-/// ```
-/// use http::Request;
-/// use ratewarden_tower::rate_limit::{Cost, UnitCost};
-///
-/// let by_batch_size = |req: &Request<()>| -> u32 {
-///     let asked = req.headers().get("x-batch-size").and_then(|v| v.to_str().ok()?.parse().ok());
-///     asked.unwrap_or(1).clamp(1, 100) // never 0: a client must not make itself free
-/// };
-/// let batch = |size: &str| Request::builder().header("x-batch-size", size).body(()).unwrap();
-/// assert_eq!(by_batch_size.cost(&batch("25")), 25);
-/// assert_eq!(by_batch_size.cost(&batch("0")), 1);
-/// assert_eq!(UnitCost.cost(&batch("25")), 1);
-/// ```
-pub trait Cost<B>: Clone + Send + Sync + 'static {
-    /// The cost of `req`.
-    fn cost(&self, req: &Request<B>) -> u32;
-}
-
-/// Every request costs 1.
-///
-/// ```
-/// use ratewarden_tower::rate_limit::{Cost, UnitCost};
-/// assert_eq!(UnitCost.cost(&http::Request::new(())), 1);
-/// ```
-#[derive(Clone, Copy, Debug, Default)]
-pub struct UnitCost;
-
-impl<B> Cost<B> for UnitCost {
-    fn cost(&self, _req: &Request<B>) -> u32 {
-        1
-    }
-}
-
-impl<B, F> Cost<B> for F
-where
-    F: Fn(&Request<B>) -> u32 + Clone + Send + Sync + 'static,
-{
-    fn cost(&self, req: &Request<B>) -> u32 {
-        self(req)
-    }
-}

@@ -3,15 +3,17 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, header};
 use ratewarden_core::{Decision, Key, Quota, Store, StoreError};
 use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::failure::Failed;
 use super::future::ResponseFuture;
+use super::headers::PolicyHeaders;
 use super::observe::{self, Event};
-use super::response::{self, DenialReason, Denied, PolicyHeaders};
+use super::problem;
+use super::rejection::{self, DenialReason, Denied};
 use super::{Cost, FailureMode, HeaderStyle, MissingKey, QuotaPolicy, Rejection};
 use crate::key::KeyExtractor;
 
@@ -156,7 +158,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             grpc,
         };
         let rejection = self.reject.response(&denied);
-        Outcome::Reject(response::finish_rejection(rejection, &denied, &headers))
+        Outcome::Reject(rejection::finish_rejection(rejection, &denied, &headers))
     }
 
     fn store_failed(
@@ -182,16 +184,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             Failed::Decided(decision, share) => self.decided(decision, key, share, grpc, true),
             Failed::Unavailable => {
                 observe::count(&self.config.name, Event::FailureClosed);
-                let mut response = status_response(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    UNAVAILABLE_DETAIL,
-                    || Bytes::from_static(UNAVAILABLE_BODY),
-                    grpc,
-                );
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
-                Outcome::Reject(response)
+                Outcome::Reject(problem::unavailable(grpc))
             }
         }
     }
@@ -221,23 +214,6 @@ fn clone_response(response: &Response<Bytes>) -> Response<Bytes> {
     *copy.status_mut() = response.status();
     *copy.headers_mut() = response.headers().clone();
     copy
-}
-
-const UNAVAILABLE_DETAIL: &str = "The rate limiter is unavailable; retry shortly.";
-const UNAVAILABLE_BODY: &[u8] = br#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limiter is unavailable; retry shortly."}"#;
-
-/// A response with `status` and a `problem+json` body (formatted once, by the caller), or the
-/// matching gRPC status.
-fn status_response(
-    status: StatusCode,
-    detail: &'static str,
-    body: impl FnOnce() -> Bytes,
-    grpc: bool,
-) -> Response<Bytes> {
-    if grpc {
-        return response::grpc_status(response::grpc_code(status), detail);
-    }
-    response::problem(status, body())
 }
 
 fn is_grpc<B>(req: &Request<B>) -> bool {
