@@ -224,3 +224,32 @@ async fn a_request_without_a_valid_bearer_token_is_challenged() {
     }
     assert!(store.is_empty());
 }
+
+#[tokio::test]
+async fn route_layer_keeps_unknown_paths_404_where_layer_answers_for_them() {
+    let per_user = || {
+        RateLimitLayer::new(
+            manual_store().0,
+            Quota::per_minute(2).unwrap(),
+            JwtClaim::hs256(SECRET).unwrap(),
+        )
+        .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED))
+    };
+    let layered = app().layer(per_user());
+    let route_layered = app().route_layer(per_user());
+    let unknown = || get_from("192.0.2.1:1", "/no-such-path", &[]);
+    assert_eq!(
+        send(&layered, unknown()).await.0.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        send(&route_layered, unknown()).await.0.status(),
+        StatusCode::NOT_FOUND
+    );
+    // A matched route without a token is rejected either way.
+    let known = || get_from("192.0.2.1:1", "/", &[]);
+    assert_eq!(
+        send(&route_layered, known()).await.0.status(),
+        StatusCode::UNAUTHORIZED
+    );
+}

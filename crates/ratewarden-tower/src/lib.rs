@@ -47,6 +47,37 @@
 //! # Ok(app) }
 //! ```
 //!
+//! # Stacking layers, and `layer` versus `route_layer` in axum
+//!
+//! Layers run from the outside in: in `Router::new().route(..).layer(a).layer(b)`, `b` is the
+//! outer one and sees every request first; `a` sees only what `b` let through. A denial by an
+//! outer layer never costs an inner one anything, so put the cheap, broad limits (per IP)
+//! outside and the narrow ones (per user, per route) inside. When several layers admit a
+//! request, its headers show the strictest of them (the fewest remaining).
+//!
+//! axum's `Router::layer` wraps the router's fallback too, so every request for a path that
+//! has no route passes through the limit; with `MissingKey::Reject` (the default), a request
+//! without a key for an unknown path gets that rejection instead of `404`. `Router::route_layer`
+//! wraps only the routes that matched: use it for limits keyed by credentials, and `layer` for
+//! limits every request should pay (per IP, against scanning).
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use ratewarden_tower::key::{JwtClaim, PeerIp};
+//! use ratewarden_tower::rate_limit::MissingKey;
+//! use ratewarden_tower::{MemoryStore, Quota, RateLimitLayer};
+//!
+//! # fn app() -> Result<Router, Box<dyn std::error::Error>> {
+//! let per_user = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(5)?, JwtClaim::hs256(b"secret")?)
+//!     .name("user")
+//!     .on_missing_key(MissingKey::Reject(http::StatusCode::UNAUTHORIZED));
+//! let app = Router::new()
+//!     .route("/me", get(|| async { "you" }))
+//!     .route_layer(per_user) // matched routes only: an unknown path is still 404
+//!     .layer(RateLimitLayer::per_ip(Quota::per_second(50)?)); // every request, 404s included
+//! # Ok(app) }
+//! ```
+//!
 //! # Metrics
 //!
 //! With the `metrics` feature, through the [`metrics`](https://docs.rs/metrics) facade (install
