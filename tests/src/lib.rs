@@ -1,7 +1,13 @@
-//! Support code for the integration tests of the `rl` workspace, and the harnesses that the
+//! Support code for the integration tests of the `ratewarden` workspace, and the harnesses that the
 //! fuzz targets (`fuzz/`) share with the tests that replay their corpus.
 
 use std::net::{IpAddr, SocketAddr};
+
+/// The workspace README, whose Rust blocks run (or, marked `no_run`, compile) as doctests: what
+/// a new user copies from it works.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
 
 use http::Request;
 use ratewarden_tower::key::{ClientIp, ForwardedHeader};
