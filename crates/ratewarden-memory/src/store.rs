@@ -103,7 +103,7 @@ impl MemoryStore {
     /// let store = ratewarden_memory::MemoryStore::builder()
     ///     .max_memory(NonZeroUsize::new(16 << 20).unwrap())
     ///     .build();
-    /// # drop(store);
+    /// assert!(store.memory() <= 16 << 20);
     /// ```
     pub fn builder() -> MemoryStoreBuilder {
         MemoryStoreBuilder {
@@ -526,7 +526,7 @@ impl<C: Clock> Store for MemoryStore<C> {
 ///     .max_memory(NonZeroUsize::new(8 << 20).unwrap())
 ///     .clock(ManualClock::default())
 ///     .build();
-/// # drop(store);
+/// assert!(store.is_empty() && store.memory() <= 8 << 20);
 /// ```
 #[derive(Debug)]
 #[must_use]
@@ -540,12 +540,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// KiB, which smaller values are raised to). See the [crate documentation](crate) for
     /// what is counted and what happens when it is reached.
     ///
-    /// ```
-    /// use std::num::NonZeroUsize;
-    /// let builder = ratewarden_memory::MemoryStore::builder()
-    ///     .max_memory(NonZeroUsize::new(1 << 30).unwrap());
-    /// # drop(builder);
-    /// ```
+    /// See [`MemoryStoreBuilder`] for an example.
     pub fn max_memory(mut self, bytes: NonZeroUsize) -> Self {
         self.max_memory = bytes.get();
         self
@@ -554,10 +549,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// The clock to decide by (default [`MonotonicClock`]); a [`ManualClock`](ratewarden_core::ManualClock)
     /// in tests.
     ///
-    /// ```
-    /// let builder = ratewarden_memory::MemoryStore::builder().clock(ratewarden_core::ManualClock::default());
-    /// # drop(builder);
-    /// ```
+    /// See [`MemoryStoreBuilder`] for an example.
     pub fn clock<C2: Clock>(self, clock: C2) -> MemoryStoreBuilder<C2> {
         MemoryStoreBuilder {
             max_memory: self.max_memory,

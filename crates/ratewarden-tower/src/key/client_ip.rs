@@ -17,9 +17,13 @@ const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 /// Which header a trusted proxy records the client address in.
 ///
 /// ```
+/// use http::Request;
 /// use ratewarden_tower::key::{ClientIp, ForwardedHeader};
-/// let extractor = ClientIp::new(ForwardedHeader::XForwardedFor);
-/// # drop(extractor);
+/// let extractor = ClientIp::new(ForwardedHeader::XForwardedFor).trust("10.0.0.0/8".parse()?);
+/// let mut req = Request::builder().header("x-forwarded-for", "192.0.2.7").body(())?;
+/// req.extensions_mut().insert("10.0.0.1:443".parse::<std::net::SocketAddr>()?);
+/// assert_eq!(extractor.client_addr(&req), Some("192.0.2.7".parse()?));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -107,9 +111,14 @@ impl ClientIp {
     /// Reads `header` from trusted proxies; no proxy is trusted until [`trust`](Self::trust).
     ///
     /// ```
+    /// use http::Request;
     /// use ratewarden_tower::key::{ClientIp, ForwardedHeader};
     /// let extractor = ClientIp::new(ForwardedHeader::Forwarded);
-    /// # drop(extractor);
+    /// let mut req = Request::builder().header("forwarded", "for=6.6.6.6").body(())?;
+    /// req.extensions_mut().insert("192.0.2.1:5000".parse::<std::net::SocketAddr>()?);
+    /// // The peer is no trusted proxy: what it wrote is ignored, it is the client.
+    /// assert_eq!(extractor.client_addr(&req), Some("192.0.2.1".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
     pub fn new(header: ForwardedHeader) -> Self {
@@ -129,11 +138,15 @@ impl ClientIp {
     /// `0.0.0.0/0` for that.
     ///
     /// ```
+    /// use http::Request;
     /// use ratewarden_tower::key::{ClientIp, ForwardedHeader};
     /// let extractor = ClientIp::new(ForwardedHeader::XRealIp)
-    ///     .trust("127.0.0.1/32".parse().unwrap())
-    ///     .trust("::1/128".parse().unwrap());
-    /// # drop(extractor);
+    ///     .trust("127.0.0.1/32".parse()?)
+    ///     .trust("::1/128".parse()?);
+    /// let mut req = Request::builder().header("x-real-ip", "203.0.113.5").body(())?;
+    /// req.extensions_mut().insert("[::1]:8080".parse::<std::net::SocketAddr>()?);
+    /// assert_eq!(extractor.client_addr(&req), Some("203.0.113.5".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
     pub fn trust(mut self, network: IpNet) -> Self {
@@ -149,9 +162,16 @@ impl ClientIp {
     /// Groups IPv6 clients by their first `prefix` bits (default 64, clamped to 128).
     ///
     /// ```
-    /// use ratewarden_tower::key::{ClientIp, ForwardedHeader};
+    /// use http::Request;
+    /// use ratewarden_tower::key::{ClientIp, ForwardedHeader, KeyExtractor};
     /// let extractor = ClientIp::new(ForwardedHeader::XForwardedFor).ipv6_prefix(48);
-    /// # drop(extractor);
+    /// let from = |peer: &str| {
+    ///     let mut req = Request::new(());
+    ///     req.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
+    ///     req
+    /// };
+    /// // One /48, one key.
+    /// assert_eq!(extractor.extract(&from("[2001:db8:1:2::1]:1")), extractor.extract(&from("[2001:db8:1:ff::1]:1")));
     /// ```
     #[must_use]
     pub fn ipv6_prefix(mut self, prefix: u8) -> Self {

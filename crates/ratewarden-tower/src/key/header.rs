@@ -38,8 +38,11 @@ impl Header {
     /// Keys by `name`'s value as is (digested past `MAX_KEY_LEN` bytes).
     ///
     /// ```
-    /// let extractor = ratewarden_tower::key::Header::new(http::header::HOST);
-    /// # drop(extractor);
+    /// use ratewarden_tower::{Key, key::{Header, KeyExtractor}};
+    /// let extractor = Header::new(http::header::HOST);
+    /// let req = http::Request::builder().header("host", "tenant-a.example.com").body(())?;
+    /// assert_eq!(extractor.extract(&req), Some(Key::from("tenant-a.example.com")));
+    /// # Ok::<(), http::Error>(())
     /// ```
     #[must_use]
     pub fn new(name: HeaderName) -> Self {
@@ -52,8 +55,13 @@ impl Header {
     /// Keys by the SHA-256 digest of `name`'s value: for credentials.
     ///
     /// ```
-    /// let extractor = ratewarden_tower::key::Header::secret(http::HeaderName::from_static("x-api-key"));
-    /// # drop(extractor);
+    /// use ratewarden_tower::{Key, key::{Header, KeyExtractor}};
+    /// let extractor = Header::secret(http::HeaderName::from_static("x-api-key"));
+    /// let req = http::Request::builder().header("x-api-key", "sk_live_123").body(())?;
+    /// // The key is a digest: the credential itself is never stored.
+    /// assert_ne!(extractor.extract(&req), Some(Key::from("sk_live_123")));
+    /// assert!(extractor.extract(&req).is_some());
+    /// # Ok::<(), http::Error>(())
     /// ```
     #[must_use]
     pub fn secret(name: HeaderName) -> Self {

@@ -57,8 +57,10 @@ impl JwtClaim {
     /// When the HMAC key cannot be built.
     ///
     /// ```
-    /// let extractor = ratewarden_tower::key::JwtClaim::hs256(b"secret")?;
-    /// # drop(extractor);
+    /// use ratewarden_tower::key::{JwtClaim, KeyExtractor};
+    /// let extractor = JwtClaim::hs256(b"secret")?;
+    /// let unsigned = http::Request::builder().header("authorization", "Bearer e30.e30.").body(()).unwrap();
+    /// assert_eq!(extractor.extract(&unsigned), None);
     /// # Ok::<(), jsonwebtoken::errors::Error>(())
     /// ```
     pub fn hs256(secret: &[u8]) -> Result<Self, jsonwebtoken::errors::Error> {
@@ -132,7 +134,7 @@ impl JwtClaim {
     ///
     /// ```
     /// let extractor = ratewarden_tower::key::JwtClaim::hs256(b"s")?.audience(["https://api.example.com"]);
-    /// # drop(extractor);
+    /// assert!(format!("{extractor:?}").contains("https://api.example.com"));
     /// # Ok::<(), jsonwebtoken::errors::Error>(())
     /// ```
     #[must_use]
@@ -148,7 +150,7 @@ impl JwtClaim {
     ///
     /// ```
     /// let extractor = ratewarden_tower::key::JwtClaim::hs256(b"s")?.issuer(["https://idp.example.com/"]);
-    /// # drop(extractor);
+    /// assert!(format!("{extractor:?}").contains("https://idp.example.com/"));
     /// # Ok::<(), jsonwebtoken::errors::Error>(())
     /// ```
     #[must_use]
@@ -162,7 +164,7 @@ impl JwtClaim {
     ///
     /// ```
     /// let extractor = ratewarden_tower::key::JwtClaim::hs256(b"s")?.claim("tenant_id");
-    /// # drop(extractor);
+    /// assert!(format!("{extractor:?}").contains("tenant_id"));
     /// # Ok::<(), jsonwebtoken::errors::Error>(())
     /// ```
     #[must_use]
@@ -185,6 +187,8 @@ impl fmt::Debug for JwtClaim {
         f.debug_struct("JwtClaim")
             .field("algorithms", &self.validation.algorithms)
             .field("claim", &self.claim)
+            .field("audience", &self.validation.aud)
+            .field("issuer", &self.validation.iss)
             .finish_non_exhaustive()
     }
 }

@@ -131,8 +131,12 @@ impl<T> FromExtension<T> {
     /// An extractor reading `T` from the extensions.
     ///
     /// ```
-    /// let extractor = ratewarden_tower::key::FromExtension::<u64>::new();
-    /// # drop(extractor);
+    /// use ratewarden_tower::{Key, key::{FromExtension, KeyExtractor}};
+    /// let extractor = FromExtension::<u64>::new();
+    /// let mut req = http::Request::new(());
+    /// assert_eq!(extractor.extract(&req), None);
+    /// req.extensions_mut().insert(42u64);
+    /// assert_eq!(extractor.extract(&req), Some(Key::from(42u64)));
     /// ```
     #[must_use]
     pub const fn new() -> Self {

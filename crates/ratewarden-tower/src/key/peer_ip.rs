@@ -45,8 +45,10 @@ impl PeerIp {
     /// Keys by peer IP, IPv6 grouped by /64.
     ///
     /// ```
-    /// let extractor = ratewarden_tower::key::PeerIp::new();
-    /// # drop(extractor);
+    /// use ratewarden_tower::key::{KeyExtractor, PeerIp};
+    /// let mut req = http::Request::new(());
+    /// req.extensions_mut().insert("192.0.2.1:5000".parse::<std::net::SocketAddr>().unwrap());
+    /// assert!(PeerIp::new().extract(&req).is_some());
     /// ```
     #[must_use]
     pub const fn new() -> Self {
@@ -59,8 +61,16 @@ impl PeerIp {
     /// address alone).
     ///
     /// ```
-    /// let extractor = ratewarden_tower::key::PeerIp::new().ipv6_prefix(56);
-    /// # drop(extractor);
+    /// use ratewarden_tower::key::{KeyExtractor, PeerIp};
+    /// let from = |peer: &str| {
+    ///     let mut req = http::Request::new(());
+    ///     req.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
+    ///     req
+    /// };
+    /// let (a, b) = (from("[2001:db8:0:1::1]:1"), from("[2001:db8:0:2::1]:1"));
+    /// assert_ne!(PeerIp::new().extract(&a), PeerIp::new().extract(&b)); // two /64s
+    /// let per_56 = PeerIp::new().ipv6_prefix(56);
+    /// assert_eq!(per_56.extract(&a), per_56.extract(&b)); // one /56
     /// ```
     #[must_use]
     pub const fn ipv6_prefix(mut self, prefix: u8) -> Self {

@@ -36,8 +36,9 @@ impl<B> ResponseBody<B> {
     /// Wraps the inner service's body.
     ///
     /// ```
+    /// use http_body::Body;
     /// let body = ratewarden_tower::rate_limit::ResponseBody::inner(String::from("hello"));
-    /// # drop(body);
+    /// assert_eq!(body.size_hint().exact(), Some(5));
     /// ```
     pub const fn inner(body: B) -> Self {
         Self {
@@ -48,8 +49,9 @@ impl<B> ResponseBody<B> {
     /// A body of `data` (empty when `data` is).
     ///
     /// ```
+    /// use http_body::Body;
     /// let body = ratewarden_tower::rate_limit::ResponseBody::<String>::full(bytes::Bytes::new());
-    /// # drop(body);
+    /// assert!(body.is_end_stream());
     /// ```
     pub fn full(data: Bytes) -> Self {
         Self {

@@ -16,6 +16,47 @@ use super::{FailureMode, HeaderStyle, MissingKey, UnitCost};
 /// [`Rejection`](super::Rejection). Cheap to clone: every clone, and every service made from
 /// it, shares one store and counts in the same buckets.
 ///
+/// ```
+/// use http::{Method, Request, StatusCode};
+/// use ratewarden_tower::rate_limit::{FailureMode, HeaderStyle, MissingKey};
+/// use ratewarden_tower::{key::PeerIp, MemoryStore, Quota, RateLimitLayer};
+/// use std::convert::Infallible;
+/// use tower::{Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let writes = Quota::per_minute(10)?;
+/// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_minute(100)?, PeerIp::new())
+///     .name("api")
+///     .quota_by(move |req: &Request<()>| match *req.method() {
+///         Method::GET => Some(Quota::per_minute(100).ok()?),
+///         _ => Some(writes),
+///     })
+///     .cost_by(|req: &Request<()>| if req.uri().path() == "/export" { 10 } else { 1 })
+///     .headers(HeaderStyle::Ietf)
+///     .headers_on_allowed(true)
+///     .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED))
+///     .on_store_error(FailureMode::closed())
+///     .shadow(false);
+/// let service = layer.layer(tower::service_fn(|_: Request<()>| async {
+///     Ok::<_, Infallible>(http::Response::new(String::new()))
+/// }));
+/// let export = |peer: &str| {
+///     let mut req = Request::post("/export").body(()).unwrap();
+///     req.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
+///     req
+/// };
+/// // An export costs all 10 writes a minute allows: the second is refused.
+/// let first = service.clone().oneshot(export("192.0.2.1:1")).await?;
+/// assert_eq!(first.headers()["ratelimit"], r#""api";r=0;t=60"#);
+/// let second = service.clone().oneshot(export("192.0.2.1:1")).await?;
+/// assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+/// // Without a peer address there is no key: the chosen answer.
+/// let keyless = service.oneshot(Request::new(())).await?;
+/// assert_eq!(keyless.status(), StatusCode::UNAUTHORIZED);
+/// # Ok(()) }
+/// ```
+///
 /// Several layers may share one store (one Redis for every limit, say) as long as each has
 /// its own [`name`](Self::name): the name scopes the layer's keys, so the `login` and `search`
 /// limits of one client are different buckets. Two *unnamed* layers on one store are both
@@ -34,12 +75,7 @@ pub struct RateLimitLayer<K, St, P = Quota, C = UnitCost, R = DefaultRejection> 
 impl<K, St> RateLimitLayer<K, St> {
     /// Limits each key (from `key`) to `quota`, counting in `store`.
     ///
-    /// ```
-    /// use ratewarden_tower::{key::PeerIp, MemoryStore, Quota, RateLimitLayer};
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(10)?, PeerIp::new());
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn new(store: St, quota: Quota, key: K) -> Self {
         Self {
             key,
@@ -56,11 +92,7 @@ impl RateLimitLayer<crate::key::PeerIp, ratewarden_memory::MemoryStore> {
     /// Limits each client IP address (the connection's peer; IPv6 by /64) to `quota`, in a
     /// new in-process [`MemoryStore`](ratewarden_memory::MemoryStore).
     ///
-    /// ```
-    /// let layer = ratewarden_tower::RateLimitLayer::per_ip(ratewarden_tower::Quota::per_second(10)?);
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn per_ip(quota: Quota) -> Self {
         Self::new(
             ratewarden_memory::MemoryStore::new(),
@@ -74,17 +106,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     /// Chooses the quota per request (route, method, plan): a closure
     /// `Fn(&Request<B>) -> Option<Quota>`, `None` exempting the request.
     ///
-    /// ```
-    /// use http::Request;
-    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
-    /// let search = Quota::per_second(5)?;
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
-    ///     .quota_by(move |req: &Request<String>| {
-    ///         (req.uri().path() != "/health").then_some(search)
-    ///     });
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn quota_by<P2>(self, policy: P2) -> RateLimitLayer<K, St, P2, C, R> {
         RateLimitLayer {
             key: self.key,
@@ -98,14 +120,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
 
     /// Sets each request's cost: a closure `Fn(&Request<B>) -> u32` (default 1).
     ///
-    /// ```
-    /// use http::Request;
-    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
-    ///     .cost_by(|req: &Request<String>| if req.method() == "POST" { 5 } else { 1 });
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn cost_by<C2>(self, cost: C2) -> RateLimitLayer<K, St, P, C2, R> {
         RateLimitLayer {
             key: self.key,
@@ -119,19 +134,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
 
     /// Answers denials with `reject` instead of the default `problem+json` 429.
     ///
-    /// ```
-    /// use bytes::Bytes;
-    /// use http::{Response, StatusCode};
-    /// use ratewarden_tower::{key::Global, rate_limit::Denied, MemoryStore, Quota, RateLimitLayer};
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
-    ///     .reject_with(|_: &Denied| {
-    ///         let mut response = Response::new(Bytes::from_static(b"slow down"));
-    ///         *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    ///         response
-    ///     });
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn reject_with<R2>(self, reject: R2) -> RateLimitLayer<K, St, P, C, R2> {
         RateLimitLayer {
             key: self.key,
@@ -198,13 +201,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
 
     /// Which rate-limit header fields to send (default [`HeaderStyle::Both`]).
     ///
-    /// ```
-    /// use ratewarden_tower::{key::Global, rate_limit::HeaderStyle, MemoryStore, Quota, RateLimitLayer};
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
-    ///     .headers(HeaderStyle::Ietf);
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn headers(mut self, style: HeaderStyle) -> Self {
         self.config.style = style;
         self
@@ -212,13 +209,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
 
     /// Whether admitted responses carry the rate-limit headers too (default `true`).
     ///
-    /// ```
-    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
-    ///     .headers_on_allowed(false);
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn headers_on_allowed(mut self, on: bool) -> Self {
         self.config.headers_on_allowed = on;
         self
@@ -226,13 +217,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
 
     /// What to do with requests that have no key (default: reject with 400).
     ///
-    /// ```
-    /// use ratewarden_tower::{key::PeerIp, rate_limit::MissingKey, MemoryStore, Quota, RateLimitLayer};
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, PeerIp::new())
-    ///     .on_missing_key(MissingKey::Reject(http::StatusCode::INTERNAL_SERVER_ERROR));
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
         self.config.missing_key = missing;
         self
@@ -241,13 +226,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     /// What to do when the store cannot decide (default: a local limit per instance, see
     /// [`FailureMode`]).
     ///
-    /// ```
-    /// use ratewarden_tower::{key::Global, rate_limit::FailureMode, MemoryStore, Quota, RateLimitLayer};
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
-    ///     .on_store_error(FailureMode::closed());
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn on_store_error(mut self, mode: FailureMode) -> Self {
         self.config.failure = mode;
         self
@@ -256,13 +235,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     /// Shadow mode: decide, count, log and send headers, but never reject (default off). For
     /// trying a limit on production traffic before enforcing it.
     ///
-    /// ```
-    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
-    ///     .shadow(true);
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn shadow(mut self, on: bool) -> Self {
         self.config.shadow = on;
         self
@@ -278,14 +251,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     /// inside this one; or, simpler, put the CORS layer outside this one, where preflights
     /// never reach the limit.
     ///
-    /// ```
-    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
-    /// // The inner service answers preflights itself (a CORS layer inside this one).
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(50)?, Global)
-    ///     .exempt_preflight(true);
-    /// # drop(layer);
-    /// # Ok::<(), ratewarden_tower::QuotaError>(())
-    /// ```
+    /// See the example on [`RateLimitLayer`].
     pub fn exempt_preflight(mut self, on: bool) -> Self {
         self.config.exempt_preflight = on;
         self

@@ -118,13 +118,7 @@ where
 /// The default rejection: `429` with an `application/problem+json` body (the registered problem
 /// type `quota-exceeded`; the wait is in `Retry-After`), or for gRPC a `200` carrying
 /// `grpc-status: 8` (`RESOURCE_EXHAUSTED`). Every body is built once per process: a rejection
-/// formats nothing.
-///
-/// ```
-/// use ratewarden_tower::rate_limit::DefaultRejection;
-/// let rejection = DefaultRejection::default();
-/// # drop(rejection);
-/// ```
+/// formats nothing. The [module example](super) shows one.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DefaultRejection;
 
