@@ -23,7 +23,6 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::{Router, routing::get, routing::post};
@@ -39,28 +38,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let redis = RedisConfig::new(url)
         .timeout(Duration::from_millis(50))
         .build()?;
-    let store = Arc::new(
-        CircuitBreaker::new(redis)
-            .name("redis")
-            .failure_threshold(3)
-            .backoff(Duration::from_millis(500), Duration::from_secs(5)),
-    );
+    let store = CircuitBreaker::builder(redis)
+        .name("redis")
+        .failure_threshold(3)
+        .backoff(Duration::from_millis(500), Duration::from_secs(5))
+        .build();
 
     let instances = NonZeroU32::new(4).expect("4 is not zero");
     let reads = RateLimitLayer::new(
-        Arc::clone(&store),
+        store.clone(),
         Quota::per_second(5)?.with_burst(10)?,
         PeerIp::new(),
     )
     .name("reads")
     .on_store_error(FailureMode::fallback(MemoryStore::new(), instances));
     let health_checker = Key::from(std::net::IpAddr::from([127, 0, 0, 2]));
-    let login = RateLimitLayer::new(Arc::clone(&store), Quota::per_minute(5)?, PeerIp::new())
+    let login = RateLimitLayer::new(store.clone(), Quota::per_minute(5)?, PeerIp::new())
         .name("login")
         .on_store_error(FailureMode::closed().allow([health_checker]));
 
     // Ready while the failure modes decide; the breaker's state is a detail to alert on.
-    let breaker = Arc::clone(&store);
+    let breaker = store.clone();
     let ready = get(move || async move {
         let state: BreakerState = breaker.state();
         format!(

@@ -111,8 +111,9 @@ fn breaker_open(c: &mut Criterion) {
     ];
     for (name, mode) in modes {
         let breaker = Arc::new(
-            CircuitBreaker::new(Down)
-                .backoff(Duration::from_secs(3_600), Duration::from_secs(3_600)),
+            CircuitBreaker::builder(Down)
+                .backoff(Duration::from_secs(3_600), Duration::from_secs(3_600))
+                .build(),
         );
         let layer =
             RateLimitLayer::new(Arc::clone(&breaker), quota, PeerIp::new()).on_store_error(mode);

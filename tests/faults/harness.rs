@@ -111,14 +111,15 @@ impl Harness {
     /// `keys` (key 0 is the one a closed mode allowlists).
     pub(crate) fn new(store: RedisStore, mode: FailureMode, quota: Quota, keys: Vec<u64>) -> Self {
         let breaker = Arc::new(
-            CircuitBreaker::new(Observed {
+            CircuitBreaker::builder(Observed {
                 inner: store,
                 failures: AtomicU64::new(0),
                 decisions: Mutex::new(Vec::new()),
                 errors: Mutex::default(),
             })
             .failure_threshold(THRESHOLD)
-            .backoff(BASE_BACKOFF, MAX_BACKOFF),
+            .backoff(BASE_BACKOFF, MAX_BACKOFF)
+            .build(),
         );
         let key = |req: &Request<()>| {
             let n: u64 = req.headers().get("x-key")?.to_str().ok()?.parse().ok()?;

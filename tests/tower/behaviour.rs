@@ -339,7 +339,11 @@ async fn an_open_breaker_answers_with_the_failure_mode_without_asking_the_store(
         }
     }
 
-    let breaker = Arc::new(CircuitBreaker::new(Counting::default()).failure_threshold(3));
+    let breaker = Arc::new(
+        CircuitBreaker::builder(Counting::default())
+            .failure_threshold(3)
+            .build(),
+    );
     let layer = RateLimitLayer::new(Arc::clone(&breaker), Quota::per_minute(1).unwrap(), Global)
         .on_store_error(FailureMode::closed());
     let app = app().layer(layer);
@@ -492,10 +496,15 @@ async fn the_breaker_reports_each_transition_once_not_each_request() {
 
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    let breaker = Arc::new(CircuitBreaker::new(Broken).name("redis").backoff(
-        std::time::Duration::from_secs(3_600),
-        std::time::Duration::from_secs(3_600),
-    ));
+    let breaker = Arc::new(
+        CircuitBreaker::builder(Broken)
+            .name("redis")
+            .backoff(
+                std::time::Duration::from_secs(3_600),
+                std::time::Duration::from_secs(3_600),
+            )
+            .build(),
+    );
     let layer = RateLimitLayer::new(Arc::clone(&breaker), Quota::per_minute(1).unwrap(), Global)
         .on_store_error(FailureMode::open());
     let app = app().layer(layer);

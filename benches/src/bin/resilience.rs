@@ -60,8 +60,9 @@ async fn latency_while_open() {
     percentiles("healthy memory store", measure(healthy, N).await);
     for (name, mode) in modes {
         let breaker = Arc::new(
-            CircuitBreaker::new(Down)
-                .backoff(Duration::from_secs(3_600), Duration::from_secs(3_600)),
+            CircuitBreaker::builder(Down)
+                .backoff(Duration::from_secs(3_600), Duration::from_secs(3_600))
+                .build(),
         );
         let service = ServiceBuilder::new()
             .layer(RateLimitLayer::new(Arc::clone(&breaker), quota, Global).on_store_error(mode))
@@ -133,11 +134,12 @@ async fn outage(outage: Duration) {
             .build()
             .expect("store");
         let breaker = Arc::new(
-            CircuitBreaker::new(Counted {
+            CircuitBreaker::builder(Counted {
                 inner: store,
                 decided: AtomicU64::new(0),
             })
-            .backoff(backoff, max_backoff),
+            .backoff(backoff, max_backoff)
+            .build(),
         );
         let fallback =
             FailureMode::fallback(MemoryStore::new(), NonZeroU32::new(GATEWAYS).expect("4"));

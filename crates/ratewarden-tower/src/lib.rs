@@ -115,11 +115,12 @@
 //! MSRV: Rust 1.89.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod breaker;
 pub mod key;
 pub mod rate_limit;
 
 pub use rate_limit::{RateLimit, RateLimitLayer};
+/// The circuit breaker in front of a store (the `ratewarden-breaker` crate).
+pub use ratewarden_breaker as breaker;
 pub use ratewarden_core::{
     Algorithm, Clock, Decision, Info, Key, ManualClock, MonotonicClock, ParseQuotaError, Quota,
     QuotaError, Store, StoreError, StoreErrorKind, Timestamp,

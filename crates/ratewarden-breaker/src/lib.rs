@@ -1,7 +1,8 @@
 //! [`CircuitBreaker`]: stops asking a failing store, then asks again after a backoff.
 //!
-//! A breaker wraps any [`Store`] and is itself a `Store`, so one breaker (behind an `Arc`) can
-//! guard every layer that shares a Redis:
+//! A breaker wraps any [`Store`] and is itself a `Store`, and a cheap handle: its clones share
+//! one state, so one breaker guards every layer that shares a Redis.
+//! `ratewarden-tower` re-exports this crate as `ratewarden_tower::breaker`.
 //!
 //! ```text
 //!            N consecutive failures, or a failure rate over a window
@@ -14,29 +15,39 @@
 //! ```
 //!
 //! While open, checks fail at once with [`StoreErrorKind::CircuitOpen`], without touching the
-//! store, and the layer applies its [`FailureMode`](crate::rate_limit::FailureMode). Only
-//! backend failures ([`StoreError::is_backend_failure`]: timeouts, connection errors, `OOM`,
-//! `READONLY`, `CLUSTERDOWN`, `BUSY`, ...) count against the store; a denial is a success, and
-//! so is an error about one key (a key of the wrong type). Every transition is decided when a
-//! call arrives, from the [`Clock`]: the breaker starts no task and no timer.
+//! store, and a rate-limit layer applies its failure mode (`ratewarden-tower`'s
+//! `FailureMode`). Only backend failures ([`StoreError::is_backend_failure`]: timeouts,
+//! connection errors, `OOM`, `READONLY`, `CLUSTERDOWN`, `BUSY`, ...) count against the store; a
+//! denial is a success, and so is an error about one key (a key of the wrong type). Every
+//! transition is decided when a call arrives, from the [`Clock`]: the breaker starts no task
+//! and no timer.
 //!
 //! ```
-//! use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
-//! use ratewarden_tower::{MemoryStore, Quota, RateLimitLayer, key::Global};
-//! use std::sync::Arc;
+//! use ratewarden_breaker::{BreakerState, CircuitBreaker};
+//! use ratewarden_core::{Key, Quota, Store};
+//! use ratewarden_memory::MemoryStore;
 //! use std::time::Duration;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Arc::new(
-//!     CircuitBreaker::new(MemoryStore::new()) // a RedisStore, in earnest
-//!         .failure_threshold(5)
-//!         .backoff(Duration::from_millis(500), Duration::from_secs(10)),
-//! );
-//! let layer = RateLimitLayer::new(Arc::clone(&store), Quota::per_second(10)?, Global);
-//! // A readiness endpoint reads the same breaker:
-//! assert_eq!(store.state(), BreakerState::Closed);
-//! # let _ = layer; Ok(()) }
+//! let breaker = CircuitBreaker::builder(MemoryStore::new()) // a RedisStore, in earnest
+//!     .failure_threshold(5)
+//!     .backoff(Duration::from_millis(500), Duration::from_secs(10))
+//!     .build();
+//! // Each layer gets a clone; a readiness detail reads the same breaker.
+//! let for_a_layer = breaker.clone();
+//! let quota: Quota = "1/s".parse()?;
+//! let decision = for_a_layer.check_ready(&Key::from("k"), &quota, 1).ok_or("memory decides at once")??;
+//! assert!(decision.is_allowed());
+//! assert_eq!(breaker.state(), BreakerState::Closed);
+//! # Ok(()) }
 //! ```
+//!
+//! # Feature flags
+//!
+//! | feature | what it adds |
+//! |---------|--------------|
+//! | `tracing` | a log event for each transition (warn when opening, info otherwise) |
+//! | `metrics` | `ratewarden_breaker_transitions_total`, `ratewarden_breaker_state`, `ratewarden_store_failures_total` (`ratewarden-tower`'s crate docs list them) |
 
 use std::fmt;
 use std::sync::{Arc, PoisonError};
@@ -55,8 +66,8 @@ use ratewarden_core::{
 /// Where a [`CircuitBreaker`] stands.
 ///
 /// ```
-/// use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
-/// let breaker = CircuitBreaker::new(ratewarden_tower::MemoryStore::new());
+/// use ratewarden_breaker::{BreakerState, CircuitBreaker};
+/// let breaker = CircuitBreaker::new(ratewarden_memory::MemoryStore::new());
 /// assert_eq!(breaker.state(), BreakerState::Closed);
 /// assert_eq!(BreakerState::Open.as_str(), "open");
 /// ```
@@ -75,7 +86,7 @@ impl BreakerState {
     /// `"closed"`, `"open"` or `"half-open"`.
     ///
     /// ```
-    /// assert_eq!(ratewarden_tower::breaker::BreakerState::HalfOpen.as_str(), "half-open");
+    /// assert_eq!(ratewarden_breaker::BreakerState::HalfOpen.as_str(), "half-open");
     /// ```
     #[must_use]
     pub const fn as_str(self) -> &'static str {
@@ -113,24 +124,40 @@ struct FailureRate {
 }
 
 /// A [`Store`] that stops calling a failing store for a while; see the
-/// [module docs](self).
+/// [crate docs](crate).
+///
+/// A cheap handle: clones share one breaker (one state, one store), so one breaker guards
+/// every layer that shares a store. Build it with [`new`](Self::new) (the defaults) or
+/// [`builder`](Self::builder).
 ///
 /// Defaults: open after 3 consecutive failures or when at least half of 20 or more calls in
 /// a 10 s window fail; first backoff 1 s, doubling on every failed probe up to 30 s, each
 /// shortened by up to a quarter at random so that a fleet does not probe in step; 1 probe at
-/// a time.
+/// a time, which counts as failed past 1 s.
 pub struct CircuitBreaker<S, C = MonotonicClock> {
+    inner: Arc<Inner<S, C>>,
+}
+
+struct Inner<S, C> {
     store: S,
     clock: C,
     settings: Settings,
     machine: Mutex<Machine>,
 }
 
+impl<S, C> Clone for CircuitBreaker<S, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
 impl<S: fmt::Debug, C> fmt::Debug for CircuitBreaker<S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreaker")
-            .field("store", &self.store)
-            .field("settings", &self.settings)
+            .field("store", &self.inner.store)
+            .field("settings", &self.inner.settings)
             .field("machine", &*self.lock())
             .finish_non_exhaustive()
     }
@@ -140,11 +167,33 @@ impl<S> CircuitBreaker<S> {
     /// A closed breaker in front of `store`, with the default settings.
     ///
     /// ```
-    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new());
-    /// assert!(breaker.state() == ratewarden_tower::breaker::BreakerState::Closed);
+    /// use ratewarden_breaker::{BreakerState, CircuitBreaker};
+    /// let breaker = CircuitBreaker::new(ratewarden_memory::MemoryStore::new());
+    /// assert_eq!(breaker.state(), BreakerState::Closed);
     /// ```
     pub fn new(store: S) -> Self {
-        Self {
+        Self::builder(store).build()
+    }
+
+    /// A builder for a breaker in front of `store`, starting from the default settings.
+    ///
+    /// ```
+    /// use ratewarden_breaker::{BreakerState, CircuitBreaker};
+    /// use std::time::Duration;
+    ///
+    /// let breaker = CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
+    ///     .name("redis-sessions")
+    ///     .failure_threshold(5)
+    ///     .failure_rate(0.25, Duration::from_secs(30), 100)
+    ///     .backoff(Duration::from_millis(100), Duration::from_secs(5))
+    ///     .probes(2)
+    ///     .probe_timeout(Duration::from_millis(200))
+    ///     .build();
+    /// assert_eq!(breaker.state(), BreakerState::Closed);
+    /// assert!(format!("{breaker:?}").contains("redis-sessions"));
+    /// ```
+    pub fn builder(store: S) -> CircuitBreakerBuilder<S> {
+        CircuitBreakerBuilder {
             store,
             clock: MonotonicClock::new(),
             settings: Settings {
@@ -160,20 +209,30 @@ impl<S> CircuitBreaker<S> {
                 probes: 1,
                 probe_timeout: Duration::from_secs(1),
             },
-            machine: Mutex::new(Machine::new(Duration::from_secs(1))),
         }
     }
 }
 
-impl<S, C> CircuitBreaker<S, C> {
+/// Configures a [`CircuitBreaker`]; made by [`CircuitBreaker::builder`], which shows every
+/// setting.
+#[must_use]
+pub struct CircuitBreakerBuilder<S, C = MonotonicClock> {
+    store: S,
+    clock: C,
+    settings: Settings,
+}
+
+impl<S: fmt::Debug, C> fmt::Debug for CircuitBreakerBuilder<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreakerBuilder")
+            .field("store", &self.store)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, C> CircuitBreakerBuilder<S, C> {
     /// Opens after `n` consecutive failures (default 3; at least 1).
-    ///
-    /// ```
-    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
-    ///     .failure_threshold(5);
-    /// # let _ = breaker;
-    /// ```
-    #[must_use]
     pub fn failure_threshold(mut self, n: u32) -> Self {
         self.settings.consecutive = n.max(1);
         self
@@ -182,14 +241,6 @@ impl<S, C> CircuitBreaker<S, C> {
     /// Also opens when, within a `window`, at least `min_calls` calls were made and at least
     /// `ratio` (0 to 1) of them failed (default: 0.5 of at least 20 calls in 10 s). A ratio
     /// above 1 or not a number turns the rule off, leaving only consecutive failures.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
-    ///     .failure_rate(0.25, Duration::from_secs(30), 100);
-    /// # let _ = breaker;
-    /// ```
-    #[must_use]
     pub fn failure_rate(mut self, ratio: f64, window: Duration, min_calls: u32) -> Self {
         self.settings.rate = (ratio <= 1.0 && !window.is_zero()).then_some(FailureRate {
             ratio: ratio.max(0.0),
@@ -199,33 +250,18 @@ impl<S, C> CircuitBreaker<S, C> {
         self
     }
 
-    /// The first time open (`base`, default 1 s) and the longest (`max`, default 30 s); each
-    /// failed probe doubles it. Every open period is shortened by up to a quarter at random.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
-    ///     .backoff(Duration::from_millis(100), Duration::from_secs(5));
-    /// # let _ = breaker;
-    /// ```
-    #[must_use]
+    /// The first time open (`base`, default 1 s; at least 1 ms) and the longest (`max`,
+    /// default 30 s); each failed probe doubles it. Every open period is shortened by up to a
+    /// quarter at random.
     pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
         let base = base.max(Duration::from_millis(1));
         self.settings.base_backoff = base;
         self.settings.max_backoff = max.max(base);
-        self.machine = Mutex::new(Machine::new(base));
         self
     }
 
     /// How many calls may probe the store at once when half-open (default 1; at least 1). A
     /// probe whose request is cancelled gives its place back.
-    ///
-    /// ```
-    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
-    ///     .probes(2);
-    /// # let _ = breaker;
-    /// ```
-    #[must_use]
     pub fn probes(mut self, n: u32) -> Self {
         self.settings.probes = n.max(1);
         self
@@ -235,27 +271,12 @@ impl<S, C> CircuitBreaker<S, C> {
     /// call opens the breaker again (for twice the backoff), whatever became of the probe, so
     /// that a store that never answers (one without a deadline of its own) cannot hold the
     /// breaker half-open.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
-    ///     .probe_timeout(Duration::from_millis(200));
-    /// # let _ = breaker;
-    /// ```
-    #[must_use]
     pub fn probe_timeout(mut self, timeout: Duration) -> Self {
         self.settings.probe_timeout = timeout;
         self
     }
 
     /// The name in the breaker's log events and metrics labels (default `"store"`).
-    ///
-    /// ```
-    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
-    ///     .name("redis-sessions");
-    /// # let _ = breaker;
-    /// ```
-    #[must_use]
     pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.settings.name = name.into();
         self
@@ -266,34 +287,51 @@ impl<S, C> CircuitBreaker<S, C> {
     /// ```
     /// use ratewarden_core::{ManualClock, Timestamp};
     /// let clock = ManualClock::new(Timestamp::from_nanos(0));
-    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new())
-    ///     .clock(clock);
-    /// # let _ = breaker;
+    /// let breaker = ratewarden_breaker::CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
+    ///     .clock(clock.clone())
+    ///     .build();
+    /// assert_eq!(breaker.state(), ratewarden_breaker::BreakerState::Closed);
     /// ```
-    #[must_use]
-    pub fn clock<C2: Clock>(self, clock: C2) -> CircuitBreaker<S, C2> {
-        CircuitBreaker {
+    pub fn clock<C2: Clock>(self, clock: C2) -> CircuitBreakerBuilder<S, C2> {
+        CircuitBreakerBuilder {
             store: self.store,
             clock,
             settings: self.settings,
-            machine: self.machine,
         }
     }
 
+    /// The breaker, closed.
+    pub fn build(self) -> CircuitBreaker<S, C> {
+        let machine = Mutex::new(Machine::new(self.settings.base_backoff));
+        CircuitBreaker {
+            inner: Arc::new(Inner {
+                store: self.store,
+                clock: self.clock,
+                settings: self.settings,
+                machine,
+            }),
+        }
+    }
+}
+
+impl<S, C> CircuitBreaker<S, C> {
     /// The store behind the breaker.
     ///
     /// ```
-    /// let breaker = ratewarden_tower::breaker::CircuitBreaker::new(ratewarden_tower::MemoryStore::new());
+    /// let breaker = ratewarden_breaker::CircuitBreaker::new(ratewarden_memory::MemoryStore::new());
     /// assert!(breaker.get_ref().is_empty());
     /// ```
-    pub const fn get_ref(&self) -> &S {
-        &self.store
+    pub fn get_ref(&self) -> &S {
+        &self.inner.store
     }
 
     fn lock(&self) -> MutexGuard<'_, Machine> {
         // The machine is consistent after every statement: a panic elsewhere cannot leave it
         // half-updated, so a poisoned lock is still good.
-        self.machine.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .machine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -302,12 +340,12 @@ impl<S, C: Clock> CircuitBreaker<S, C> {
     /// passed (the next call will probe).
     ///
     /// ```
-    /// use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
-    /// let breaker = CircuitBreaker::new(ratewarden_tower::MemoryStore::new());
+    /// use ratewarden_breaker::{BreakerState, CircuitBreaker};
+    /// let breaker = CircuitBreaker::new(ratewarden_memory::MemoryStore::new());
     /// assert_eq!(breaker.state(), BreakerState::Closed);
     /// ```
     pub fn state(&self) -> BreakerState {
-        let now = self.clock.now();
+        let now = self.inner.clock.now();
         match self.lock().phase {
             Phase::Closed => BreakerState::Closed,
             Phase::Open { until } if now < until => BreakerState::Open,
@@ -316,8 +354,8 @@ impl<S, C: Clock> CircuitBreaker<S, C> {
     }
 
     fn admit(&self) -> Result<Permit<'_, S, C>, StoreError> {
-        let now = self.clock.now();
-        let (role, transition) = self.lock().admit(now, &self.settings);
+        let now = self.inner.clock.now();
+        let (role, transition) = self.lock().admit(now, &self.inner.settings);
         if let Some(transition) = transition {
             self.report(transition, None);
         }
@@ -332,7 +370,7 @@ impl<S, C: Clock> CircuitBreaker<S, C> {
     }
 
     fn report(&self, transition: Transition, error: Option<&StoreError>) {
-        let name = &*self.settings.name;
+        let name = &*self.inner.settings.name;
         let to = transition.to();
         #[cfg(feature = "tracing")]
         match transition {
@@ -386,7 +424,7 @@ impl<S, C: Clock> CircuitBreaker<S, C> {
 
 impl<S: Store, C: Clock> Store for CircuitBreaker<S, C> {
     async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
-        self.guarded(self.store.check(key, quota, cost)).await
+        self.guarded(self.inner.store.check(key, quota, cost)).await
     }
 
     /// What the store can decide without I/O (a denial it remembers, say) it still decides,
@@ -399,21 +437,21 @@ impl<S: Store, C: Clock> Store for CircuitBreaker<S, C> {
         quota: &Quota,
         cost: u32,
     ) -> Option<Result<Decision, StoreError>> {
-        if let Some(result) = self.store.check_ready(key, quota, cost) {
+        if let Some(result) = self.inner.store.check_ready(key, quota, cost) {
             return Some(result);
         }
-        let now = self.clock.now();
+        let now = self.inner.clock.now();
         self.lock()
-            .rejects(now, &self.settings)
+            .rejects(now, &self.inner.settings)
             .then(|| Err(StoreError::new(StoreErrorKind::CircuitOpen)))
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
-        self.guarded(self.store.peek(key, quota)).await
+        self.guarded(self.inner.store.peek(key, quota)).await
     }
 
     async fn reset(&self, key: &Key, quota: &Quota) -> Result<(), StoreError> {
-        self.guarded(self.store.reset(key, quota)).await
+        self.guarded(self.inner.store.reset(key, quota)).await
     }
 }
 
@@ -432,15 +470,15 @@ impl<S, C: Clock> Permit<'_, S, C> {
         #[cfg(feature = "metrics")]
         if let Some(error) = error.filter(|e| e.is_backend_failure()) {
             // Why the store fails, by kind: what an operator reads first.
-            let breaker = self.breaker.settings.name.to_string();
+            let breaker = self.breaker.inner.settings.name.to_string();
             metrics::counter!("ratewarden_store_failures_total", "breaker" => breaker, "kind" => error.kind().as_str())
                 .increment(1);
         }
-        let now = self.breaker.clock.now();
-        let transition = self
-            .breaker
-            .lock()
-            .record(now, self.role, failed, &self.breaker.settings);
+        let now = self.breaker.inner.clock.now();
+        let transition =
+            self.breaker
+                .lock()
+                .record(now, self.role, failed, &self.breaker.inner.settings);
         if let Some(transition) = transition {
             self.breaker.report(transition, error);
         }

@@ -8,7 +8,7 @@ use ratewarden_core::{
     Decision, Info, Key, ManualClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
 };
 
-use super::{BreakerState, CircuitBreaker};
+use crate::{BreakerState, CircuitBreaker, CircuitBreakerBuilder};
 
 const ALLOW: u8 = 0;
 const DENY: u8 = 1;
@@ -53,13 +53,19 @@ impl Store for Scripted {
 }
 
 fn breaker() -> (CircuitBreaker<Scripted, ManualClock>, ManualClock) {
+    let (builder, clock) = configured();
+    (builder.build(), clock)
+}
+
+/// The tests' settings, for a test to change before building.
+fn configured() -> (CircuitBreakerBuilder<Scripted, ManualClock>, ManualClock) {
     let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000));
-    let breaker = CircuitBreaker::new(Scripted::default())
+    let builder = CircuitBreaker::builder(Scripted::default())
         .failure_threshold(3)
         .failure_rate(2.0, Duration::from_secs(10), 20) // off unless a test turns it on
         .backoff(Duration::from_secs(1), Duration::from_secs(4))
         .clock(clock.clone());
-    (breaker, clock)
+    (builder, clock)
 }
 
 /// Polls once: every scripted answer but HANG is ready at once.
@@ -205,8 +211,10 @@ fn half_open_admits_one_probe_and_a_cancelled_probe_gives_its_place_back() {
 
 #[test]
 fn opens_on_a_failure_rate_without_consecutive_failures() {
-    let (breaker, _) = breaker();
-    let breaker = breaker.failure_rate(0.5, Duration::from_secs(10), 20);
+    let (builder, _) = configured();
+    let breaker = builder
+        .failure_rate(0.5, Duration::from_secs(10), 20)
+        .build();
     for i in 0..20 {
         assert_eq!(breaker.state(), BreakerState::Closed, "call {i}");
         // Every other call fails, the 20th among them: 10 of 20.
@@ -220,8 +228,10 @@ fn opens_on_a_failure_rate_without_consecutive_failures() {
 
 #[test]
 fn the_failure_rate_window_forgets_old_calls() {
-    let (breaker, clock) = breaker();
-    let breaker = breaker.failure_rate(0.5, Duration::from_secs(10), 20);
+    let (builder, clock) = configured();
+    let breaker = builder
+        .failure_rate(0.5, Duration::from_secs(10), 20)
+        .build();
     for i in 0..100 {
         breaker
             .get_ref()
@@ -254,8 +264,8 @@ fn start<'a, C: ratewarden_core::Clock>(
 fn a_probe_cancelled_late_never_lets_more_probes_through_than_configured() {
     // Reproduced: a probe of an earlier half-open period, cancelled during a later one, gave
     // that later period's place back: more probes at once than configured.
-    let (breaker, clock) = breaker();
-    let breaker = breaker.probes(2);
+    let (builder, clock) = configured();
+    let breaker = builder.probes(2).build();
     breaker.get_ref().set(TIMEOUT);
     for _ in 0..3 {
         check(&breaker).unwrap_err();
@@ -309,7 +319,7 @@ fn a_probe_that_never_answers_does_not_hold_the_breaker_half_open() {
 #[cfg(rl_loom)]
 mod loom_tests {
     //! The breaker's state machine under every interleaving loom finds:
-    //! `RUSTFLAGS="--cfg rl_loom" cargo test -p ratewarden-tower --no-default-features --release --lib loom`.
+    //! `RUSTFLAGS="--cfg rl_loom" cargo test -p ratewarden-breaker --release --lib loom`.
 
     use std::future::pending;
     use std::time::Duration;
@@ -320,7 +330,8 @@ mod loom_tests {
         Decision, Key, ManualClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
     };
 
-    use super::{CircuitBreaker, now};
+    use super::now;
+    use crate::CircuitBreaker;
 
     /// Fails while `failing`; else hangs, counting the calls in flight.
     #[derive(Debug, Default)]
@@ -365,11 +376,12 @@ mod loom_tests {
         builder.check(|| {
             let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000));
             let breaker = Arc::new(
-                CircuitBreaker::new(Probed::default())
+                CircuitBreaker::builder(Probed::default())
                     .failure_threshold(1)
                     .probes(2)
                     .backoff(Duration::from_secs(1), Duration::from_secs(4))
-                    .clock(clock.clone()),
+                    .clock(clock.clone())
+                    .build(),
             );
             let (key, quota) = (Key::from(1_u64), Quota::per_second(1).expect("quota"));
             breaker.get_ref().failing.store(true, Ordering::SeqCst);
