@@ -1,3 +1,5 @@
+//! The breaker's state machine, driven by a scripted store and a manual clock; loom models.
+
 use std::future::{Future, pending};
 use std::pin::pin;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};

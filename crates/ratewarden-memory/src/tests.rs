@@ -1,3 +1,5 @@
+//! The memory store against `ratewarden-core`, under concurrency, eviction and clock steps.
+
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,3 +1,5 @@
+//! [`FixedWindowState`]: at most `count` per window aligned to the epoch.
+
 use super::{AlgorithmState, info, insufficient};
 use crate::{Decision, Quota, Timestamp};
 

@@ -1,3 +1,5 @@
+//! [`GcraState`]: the generic cell rate algorithm, one theoretical arrival time per key.
+
 use super::AlgorithmState;
 use crate::{Decision, Info, Quota, Timestamp};
 

@@ -1,3 +1,5 @@
+//! [`SlidingLogState`]: the time of every admitted unit in the last period; exact, for small limits.
+
 use std::collections::VecDeque;
 
 use super::{AlgorithmState, info, insufficient};

@@ -1,3 +1,5 @@
+//! [`SlidingWindowState`]: the sliding window counter, two windows weighted by their overlap.
+
 use super::{AlgorithmState, info, insufficient};
 use crate::{Decision, Quota, Timestamp};
 

@@ -1,3 +1,5 @@
+//! [`TokenBucketState`]: a bucket of `burst` tokens refilled one at a time.
+
 use super::{AlgorithmState, info, insufficient};
 use crate::{Decision, Quota, Timestamp};
 

@@ -1,3 +1,5 @@
+//! [`ClientIp`]: the client address behind trusted proxies, from forwarding headers read from the right.
+
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 

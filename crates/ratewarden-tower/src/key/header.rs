@@ -1,3 +1,5 @@
+//! [`Header`]: a request header's value as the key (digested for credentials).
+
 use http::Request;
 use http::header::HeaderName;
 use ratewarden_core::Key;

@@ -1,3 +1,5 @@
+//! [`JwtClaim`]: a claim of a verified bearer JWT as the key.
+
 use std::fmt;
 use std::sync::Arc;
 

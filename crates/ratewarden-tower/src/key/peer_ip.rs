@@ -1,3 +1,5 @@
+//! [`PeerIp`]: the connection's peer address as the key.
+
 use std::net::{IpAddr, Ipv6Addr};
 
 use http::Request;

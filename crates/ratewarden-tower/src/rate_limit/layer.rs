@@ -1,3 +1,5 @@
+//! [`RateLimitLayer`]: the layer and its builder methods.
+
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 

@@ -1,7 +1,7 @@
 //! The rate-limiting middleware: [`RateLimitLayer`] -> [`RateLimit`] -> [`future::ResponseFuture`].
 //!
 //! For every request the service extracts a [`Key`](ratewarden_core::Key), resolves a
-//! [`Quota`] and a cost, and asks its [`Store`](ratewarden_core::Store). An admitted request goes to
+//! [`Quota`](ratewarden_core::Quota) and a cost, and asks its [`Store`](ratewarden_core::Store). An admitted request goes to
 //! the inner service, and its response gets rate-limit headers. A denied one never reaches the
 //! inner service: it is answered with `429 Too Many Requests` (or, for gRPC, `grpc-status: 8`
 //! `RESOURCE_EXHAUSTED` in a `200` response, as gRPC clients expect), a `Retry-After` in whole

@@ -1,3 +1,5 @@
+//! [`RateLimit`]: the service, and how one request is decided.
+
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
