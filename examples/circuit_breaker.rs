@@ -19,6 +19,7 @@
 //! redis-cli shutdown nosave                       # Redis dies
 //! for i in $(seq 5); do curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:3000/login; done
 //! curl -i http://127.0.0.1:3000/ready             # 200 {"ready":true,"rate_limit_store":"open"}
+//!                                                 # ("half-open" once a backoff has passed)
 //! ```
 
 use std::net::SocketAddr;

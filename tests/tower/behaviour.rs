@@ -9,7 +9,7 @@ use http::{Method, Request, Response, StatusCode};
 use ratewarden_core::{Decision, Key, Quota, Store, StoreError, StoreErrorKind};
 use ratewarden_tower::RateLimitLayer;
 use ratewarden_tower::key::{Global, PeerIp};
-use ratewarden_tower::rate_limit::{Denied, FailureMode};
+use ratewarden_tower::rate_limit::{Denied, FailureMode, MissingKey};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{app, get_from, header, manual_store, send};
@@ -259,6 +259,29 @@ async fn names_shown_alike_keep_their_own_buckets() {
         2,
         "one bucket per name as given, however it is shown"
     );
+}
+
+#[tokio::test]
+async fn shadow_mode_never_rejects_not_even_without_a_key_or_a_store() {
+    let keyless = RateLimitLayer::new(
+        manual_store().0,
+        Quota::per_minute(1).unwrap(),
+        PeerIp::new(),
+    )
+    .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED))
+    .shadow(true);
+    let keyless = app().layer(keyless);
+    let request = Request::get("/").body(Body::empty()).unwrap();
+    assert_eq!(send(&keyless, request).await.0.status(), StatusCode::OK);
+
+    let closed = RateLimitLayer::new(Broken, Quota::per_minute(1).unwrap(), PeerIp::new())
+        .on_store_error(FailureMode::closed())
+        .shadow(true);
+    let closed = app().layer(closed);
+    for _ in 0..3 {
+        let (response, _) = send(&closed, get_from("192.0.2.1:1", "/", &[])).await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
 }
 
 #[tokio::test]

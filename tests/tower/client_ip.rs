@@ -257,3 +257,39 @@ async fn a_request_without_a_key_gets_the_response_the_user_chose() {
     }
     assert!(store.is_empty());
 }
+
+#[tokio::test]
+async fn a_responder_for_requests_without_a_key_runs_for_each_of_them() {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = std::sync::Arc::clone(&calls);
+    let layer = RateLimitLayer::new(
+        manual_store().0,
+        Quota::per_second(1).unwrap(),
+        PeerIp::new(),
+    )
+    .on_missing_key(MissingKey::respond(move || {
+        let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let mut response = http::Response::new(bytes::Bytes::new());
+        *response.status_mut() = StatusCode::UNAUTHORIZED;
+        response.headers_mut().insert("x-call", n.into());
+        response
+    }));
+    // One service made by the layer, as hyper or tonic serve it.
+    let service = tower::Layer::layer(
+        &layer,
+        tower::service_fn(|_: http::Request<axum::body::Body>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
+        }),
+    );
+    for n in 1..=3u32 {
+        let request = http::Request::get("/")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = tower::ServiceExt::oneshot(service.clone(), request)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.headers()["x-call"], n.to_string().as_str());
+    }
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+}

@@ -85,7 +85,7 @@
 //!
 //! | name | type, unit | labels | what it counts |
 //! |------|------------|--------|----------------|
-//! | `ratewarden_requests_total` | counter, requests | `limit` (the layer's [name](RateLimitLayer::name)), `outcome` | each request a layer handled, by `outcome`: `allowed`, `denied`, `shadow_denied` (denied, passed in shadow mode), `missing_key`, and while the store fails: `failure_open` (passed uncounted), `failure_closed` (answered 503), `fallback_allowed`, `fallback_denied` (decided by the local fallback) |
+//! | `ratewarden_requests_total` | counter, requests | `limit` (the layer's [name](RateLimitLayer::name)), `outcome` | each request a layer handled, by `outcome`: `allowed`, `denied`, `shadow_denied` (denied, by the store or a fallback, and passed in shadow mode), `missing_key`, and while the store fails: `failure_open` (passed uncounted: the open mode, or a key the closed mode allows), `failure_closed` (answered 503), `fallback_allowed`, `fallback_denied` (decided by the local fallback) |
 //! | `ratewarden_store_failures_total` | counter, failed calls | `breaker` (its name), `kind` ([`StoreErrorKind::as_str`]) | each call a [`CircuitBreaker`](breaker::CircuitBreaker) saw fail, and why |
 //! | `ratewarden_breaker_transitions_total` | counter, transitions | `breaker`, `to` (`closed`, `half-open`, `open`) | each change of a breaker's state |
 //! | `ratewarden_breaker_state` | gauge, state | `breaker` | the breaker's state now: 0 closed, 1 half open, 2 open |
@@ -102,7 +102,7 @@
 //! | `jwt-rust-crypto` | no | `jwt` with jsonwebtoken's RustCrypto backend (pure Rust) |
 //! | `jwt-aws-lc-rs` | no | `jwt` with jsonwebtoken's aws-lc-rs backend (C, FIPS-capable) |
 //! | `tracing` | no | `tracing` events for denials (keys as unlinkable fingerprints), missing keys and store errors |
-//! | `metrics` | no | counters through the `metrics` facade ([`rate_limit`] lists them) |
+//! | `metrics` | no | counters through the `metrics` facade (the table above) |
 //! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`] and [`Algorithm`] in their string forms |
 //! | `full` | no | all of the above but `jwt-aws-lc-rs` |
 //!

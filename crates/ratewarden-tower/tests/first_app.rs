@@ -27,6 +27,21 @@ fn the_readme_shows_this_app() {
     ] {
         assert!(readme.contains(line), "the README no longer has {line:?}");
     }
+    // Its Rust blocks name only what its `[dependencies]` lines give a new user.
+    for block in readme.split("```rust").skip(1) {
+        let code = block.split("```").next().unwrap_or_default();
+        for other in [
+            "ratewarden_core",
+            "ratewarden_memory",
+            "ratewarden_redis",
+            "ratewarden_breaker",
+        ] {
+            assert!(
+                !code.contains(other),
+                "a README block uses {other}, not a dependency it lists:\n{code}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

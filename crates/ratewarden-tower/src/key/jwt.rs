@@ -56,7 +56,8 @@ impl JwtClaim {
     ///
     /// # Errors
     ///
-    /// When the HMAC key cannot be built.
+    /// When the HMAC key cannot be built, or `jsonwebtoken` has no crypto backend (see the
+    /// crate's feature flags).
     ///
     /// ```
     /// use ratewarden_tower::key::{JwtClaim, KeyExtractor};
@@ -76,7 +77,7 @@ impl JwtClaim {
     ///
     /// # Errors
     ///
-    /// When `pem` is not an RSA public key.
+    /// When `pem` is not an RSA public key, or `jsonwebtoken` has no crypto backend.
     ///
     /// ```
     /// assert!(ratewarden_tower::key::JwtClaim::rs256_pem(b"not a key").is_err());
@@ -92,7 +93,7 @@ impl JwtClaim {
     ///
     /// # Errors
     ///
-    /// When `pem` is not an EC public key.
+    /// When `pem` is not an EC public key, or `jsonwebtoken` has no crypto backend.
     ///
     /// ```
     /// assert!(ratewarden_tower::key::JwtClaim::es256_pem(b"not a key").is_err());

@@ -235,7 +235,9 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     }
 
     /// Shadow mode: decide, count, log and send headers, but never reject (default off). For
-    /// trying a limit on production traffic before enforcing it.
+    /// trying a limit on production traffic before enforcing it. Requests without a key and
+    /// requests a closed failure mode would refuse pass too, counted as `missing_key` and
+    /// `failure_closed`.
     ///
     /// See the example on [`RateLimitLayer`].
     pub fn shadow(mut self, on: bool) -> Self {

@@ -37,7 +37,8 @@ pub enum MissingKey {
     /// Answer with this status and a `problem+json` body (the default is 400). A gRPC call
     /// gets the closest gRPC status instead.
     Reject(StatusCode),
-    /// Answer with the response this function makes, as it makes it (see [`respond`](Self::respond)).
+    /// Answer with the response this function makes for each such request, as it makes it
+    /// (see [`respond`](Self::respond)).
     Respond(Arc<dyn Fn() -> Response<Bytes> + Send + Sync>),
     /// Let the request through without counting it against this limit.
     Skip,

@@ -186,12 +186,16 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             Failed::Decided(decision, share) => self.decided(decision, key, share, grpc, true),
             Failed::Unavailable => {
                 observe::count(&self.config.name, Event::FailureClosed);
+                if self.config.shadow {
+                    return Outcome::Allow(None);
+                }
                 Outcome::Reject(problem::unavailable(grpc))
             }
         }
     }
 
-    /// The answer to a request without a key, or `None` to let it through uncounted.
+    /// The answer to a request without a key, or `None` to let it through uncounted (also in
+    /// shadow mode, which never rejects).
     fn missing_key<B>(&self, grpc: bool) -> Option<Response<Bytes>>
     where
         K: KeyExtractor<B>,
@@ -199,9 +203,13 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         observe::count(&self.config.name, Event::MissingKey);
         #[cfg(feature = "tracing")]
         tracing::debug!(limit = %self.config.name, "request has no rate-limit key");
-        if grpc {
-            // Rare enough to make each time; HTTP answers are made once.
-            return self.config.missing_key.answer(true, self.key.challenge());
+        if self.config.shadow {
+            return None;
+        }
+        if grpc || matches!(self.config.missing_key, MissingKey::Respond(_)) {
+            // A responder runs for each request, as it would answer it; gRPC answers are rare
+            // enough to make each time. The rest are made once.
+            return self.config.missing_key.answer(grpc, self.key.challenge());
         }
         self.missing_key_answer
             .get_or_init(|| self.config.missing_key.answer(false, self.key.challenge()))
