@@ -271,6 +271,24 @@ async fn unreachable_redis_is_a_connection_error_and_bad_config_is_invalid_input
 }
 
 #[tokio::test]
+async fn a_redis_error_downcasts_to_the_reexported_redis_type() {
+    // The store's `redis` is the one users name through `ratewarden_redis::redis`: a source
+    // of another version would be another type, and the downcast would find nothing.
+    let port = tests::redis_server::free_port();
+    let err = ratewarden_redis::RedisConfig::new(format!("redis://127.0.0.1:{port}"))
+        .pool(1)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    let source = std::error::Error::source(&err).unwrap();
+    let redis_error = source
+        .downcast_ref::<ratewarden_redis::redis::RedisError>()
+        .unwrap_or_else(|| panic!("not a redis::RedisError: {source:?}"));
+    assert!(redis_error.is_connection_refusal(), "{redis_error}");
+}
+
+#[tokio::test]
 async fn a_zero_deadline_or_lease_period_is_refused_when_built() {
     // Reproduced: `lease(10, Duration::ZERO)` was accepted; every check took a batch from
     // Redis and the lease ended at once, so a 100/min quota admitted 10 of 100.

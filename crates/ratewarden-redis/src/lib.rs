@@ -101,3 +101,18 @@ mod store;
 pub use config::{ConfigError, RedisConfig};
 pub use hot_keys::{HotKeys, MAX_PARTS, MAX_SPLIT_KEYS};
 pub use store::RedisStore;
+
+/// The [`redis`](https://docs.rs/redis) crate this store is built with, to name its types
+/// (an error's source, a command for your own queries) without a second, possibly
+/// mismatched, dependency on it: a `redis::RedisError` from another version is another type,
+/// and a downcast to it finds nothing.
+///
+/// ```
+/// use ratewarden_redis::redis;
+///
+/// let mut ping = redis::cmd("PING");
+/// ping.arg("hello");
+/// let source: Option<&redis::RedisError> = None;
+/// # let _ = (ping, source);
+/// ```
+pub use redis;
