@@ -40,6 +40,9 @@ pub struct RedisConfig {
     deny_cache: usize,
     lease: Option<LeasePolicy>,
     hot_keys: HotKeys,
+    /// The CA and client certificates given for TLS (none by default).
+    #[cfg(feature = "tls-rustls")]
+    tls: redis::TlsCertificates,
 }
 
 impl RedisConfig {
@@ -62,6 +65,11 @@ impl RedisConfig {
             lease: None,
             hot_keys: HotKeys::default(),
             skew_warning: Duration::from_millis(100),
+            #[cfg(feature = "tls-rustls")]
+            tls: redis::TlsCertificates {
+                client_tls: None,
+                root_cert: None,
+            },
         }
     }
 
@@ -190,6 +198,55 @@ impl RedisConfig {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (one or more, PEM-encoded) for `rediss://`
+    /// connections, instead of the default roots (the operating system's, or with the
+    /// `tls-rustls-webpki-roots` feature Mozilla's): for a Redis whose certificate an internal,
+    /// self-signed CA signed. Applies to the single connection, the pool and every cluster
+    /// node alike; every URL must then be `rediss://`.
+    ///
+    /// A `rediss://` URL needs no CA here when a default root signed the server's certificate.
+    /// The certificate is read when the store is [built](Self::build), so a malformed one is an
+    /// error there, not at the first check.
+    ///
+    /// ```
+    /// # fn read_ca() -> Vec<u8> { Vec::new() }
+    /// let ca_pem: Vec<u8> = read_ca(); // std::fs::read("/etc/redis/ca.crt")?
+    /// let config = ratewarden_redis::RedisConfig::new("rediss://redis.internal:6380")
+    ///     .tls_ca_cert(ca_pem);
+    /// # drop(config);
+    /// ```
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_ca_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_cert = Some(pem.into());
+        self
+    }
+
+    /// Presents the certificate chain `cert_pem` and its private key `key_pem` (both PEM) to
+    /// Redis: mutual TLS, for a Redis run with `tls-auth-clients yes`. Applies to the single
+    /// connection, the pool and every cluster node alike; every URL must then be `rediss://`.
+    ///
+    /// ```
+    /// # fn read(_: &str) -> Vec<u8> { Vec::new() }
+    /// let config = ratewarden_redis::RedisConfig::new("rediss://redis.internal:6380")
+    ///     .tls_ca_cert(read("ca.crt"))
+    ///     .tls_client_cert(read("gateway.crt"), read("gateway.key"));
+    /// # drop(config);
+    /// ```
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client_tls = Some(redis::ClientTlsConfig {
+            client_cert: cert_pem.into(),
+            client_key: key_pem.into(),
+        });
+        self
+    }
+
     /// Past how much clock skew between this host and Redis
     /// [`RedisStore::measure_clock_skew`] logs a warning (default 100 ms). The store's
     /// decisions never depend on this host's clock; other parts of the service may.
@@ -277,40 +334,7 @@ impl RedisConfig {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(invalid(ConfigError::NoRuntime));
         }
-        let bad_url = |e: &dyn fmt::Display| {
-            invalid(ConfigError::InvalidUrl {
-                url: self.url.clone(),
-                reason: e.to_string(),
-            })
-        };
-        let connection = if let Some(max_size) = self.pool {
-            let mut config = deadpool_redis::Config::from_url(self.url.clone());
-            let mut pool = deadpool_redis::PoolConfig::new(max_size.max(1));
-            pool.timeouts.wait = Some(self.timeout);
-            pool.timeouts.create = Some(self.connect_timeout);
-            pool.timeouts.recycle = Some(self.connect_timeout);
-            config.pool = Some(pool);
-            let pool = config
-                .create_pool(Some(deadpool_redis::Runtime::Tokio1))
-                .map_err(|e| bad_url(&e))?;
-            Connection::Pool(pool)
-        } else if let Some(nodes) = &self.cluster {
-            let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
-                .connection_timeout(self.connect_timeout)
-                .response_timeout(self.timeout)
-                .build()
-                .map_err(|e| bad_url(&e))?;
-            Connection::Cluster(Arc::new(LazyCluster::new(client)))
-        } else {
-            let client = redis::Client::open(self.url.as_str()).map_err(|e| bad_url(&e))?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.connect_timeout))
-                .set_response_timeout(Some(self.timeout))
-                .set_number_of_retries(1);
-            Connection::Single(Arc::new(
-                Single::new(client, config).map_err(|e| bad_url(&e))?,
-            ))
-        };
+        let connection = self.connection().map_err(invalid)?;
         let local = Local {
             clock: MonotonicClock::new(),
             deny: DenyCache::new(self.deny_cache),
@@ -326,6 +350,154 @@ impl RedisConfig {
             self.skew_warning,
             local,
         ))
+    }
+}
+
+impl RedisConfig {
+    /// The connection, or pool, or cluster client: nothing connects yet.
+    fn connection(&self) -> Result<Connection, ConfigError> {
+        #[cfg(feature = "tls-rustls")]
+        if self.uses_tls() {
+            install_crypto_provider();
+        }
+        if let Some(max_size) = self.pool {
+            let client = self.client(&self.url)?;
+            // The client's connection info carries its TLS certificates into the pool.
+            let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
+                .map_err(|e| invalid_url(&self.url, &e))?;
+            let mut pool = deadpool_redis::PoolConfig::new(max_size.max(1));
+            pool.timeouts.wait = Some(self.timeout);
+            pool.timeouts.create = Some(self.connect_timeout);
+            pool.timeouts.recycle = Some(self.connect_timeout);
+            let pool = deadpool_redis::Pool::builder(manager)
+                .config(pool)
+                .runtime(deadpool_redis::Runtime::Tokio1)
+                .build()
+                .map_err(|e| invalid_url(&self.url, &e))?;
+            Ok(Connection::Pool(pool))
+        } else if let Some(nodes) = &self.cluster {
+            for node in nodes {
+                self.client(node)?;
+            }
+            let builder = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                .connection_timeout(self.connect_timeout)
+                .response_timeout(self.timeout);
+            #[cfg(feature = "tls-rustls")]
+            let builder = if self.has_tls_certs() {
+                builder.certs(self.tls.clone())
+            } else {
+                builder
+            };
+            let client = builder
+                .build()
+                .map_err(|e| invalid_url(nodes.first().map_or("", String::as_str), &e))?;
+            Ok(Connection::Cluster(Arc::new(LazyCluster::new(client))))
+        } else {
+            let client = self.client(&self.url)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connect_timeout))
+                .set_response_timeout(Some(self.timeout))
+                .set_number_of_retries(1);
+            let single = Single::new(client, config).map_err(|e| invalid_url(&self.url, &e))?;
+            Ok(Connection::Single(Arc::new(single)))
+        }
+    }
+
+    /// A client of `url`, with the TLS certificates given, if any (which need a `rediss://`
+    /// URL, and are read here).
+    fn client(&self, url: &str) -> Result<redis::Client, ConfigError> {
+        let client = redis::Client::open(url).map_err(|e| invalid_url(url, &e))?;
+        #[cfg(feature = "tls-rustls")]
+        if self.has_tls_certs() {
+            if !matches!(
+                client.get_connection_info().addr(),
+                redis::ConnectionAddr::TcpTls { .. }
+            ) {
+                return Err(invalid_url(
+                    url,
+                    &"TLS certificates are given: use rediss://",
+                ));
+            }
+            self.check_tls_certs()?;
+            return redis::Client::build_with_tls(
+                client.get_connection_info().clone(),
+                self.tls.clone(),
+            )
+            .map_err(|e| ConfigError::InvalidCertificate {
+                reason: e.to_string(),
+            });
+        }
+        Ok(client)
+    }
+
+    /// Every certificate given holds at least one certificate (the `redis` crate takes a PEM
+    /// without any for an empty list: no server, or no client, would pass).
+    #[cfg(feature = "tls-rustls")]
+    fn check_tls_certs(&self) -> Result<(), ConfigError> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject as _;
+        let given = [
+            ("CA", self.tls.root_cert.as_deref()),
+            (
+                "client",
+                self.tls
+                    .client_tls
+                    .as_ref()
+                    .map(|c| c.client_cert.as_slice()),
+            ),
+        ];
+        for (which, pem) in given {
+            let Some(pem) = pem else { continue };
+            let mut count = 0;
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                cert.map_err(|e| ConfigError::InvalidCertificate {
+                    reason: format!("the {which} certificate: {e}"),
+                })?;
+                count += 1;
+            }
+            if count == 0 {
+                return Err(ConfigError::InvalidCertificate {
+                    reason: format!("no PEM certificate in the {which} certificate given"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a CA or client certificate was given.
+    #[cfg(feature = "tls-rustls")]
+    const fn has_tls_certs(&self) -> bool {
+        self.tls.root_cert.is_some() || self.tls.client_tls.is_some()
+    }
+
+    /// Whether any connection will be TLS.
+    #[cfg(feature = "tls-rustls")]
+    fn uses_tls(&self) -> bool {
+        let rediss = |url: &str| {
+            url.get(..9)
+                .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+        };
+        self.has_tls_certs()
+            || rediss(&self.url)
+            || self.cluster.iter().flatten().any(|node| rediss(node))
+    }
+}
+
+/// Makes ring rustls's process-wide crypto provider, unless the process chose one: rustls
+/// cannot pick one by itself when the build enables more than one (another dependency of the
+/// application may enable aws-lc-rs), and would then fail at the first connection.
+#[cfg(feature = "tls-rustls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one meanwhile, which will do as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+fn invalid_url(url: &str, reason: &dyn fmt::Display) -> ConfigError {
+    ConfigError::InvalidUrl {
+        url: url.to_owned(),
+        reason: reason.to_string(),
     }
 }
 
@@ -352,6 +524,14 @@ pub enum ConfigError {
         /// Why it is invalid.
         reason: String,
     },
+    /// A TLS certificate or key given to [`RedisConfig::tls_ca_cert`] or
+    /// [`RedisConfig::tls_client_cert`] could not be read.
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    InvalidCertificate {
+        /// Why it could not be read.
+        reason: String,
+    },
     /// The key prefix is empty, too long, or holds a brace or whitespace.
     InvalidPrefix {
         /// The prefix given.
@@ -376,6 +556,8 @@ impl fmt::Display for ConfigError {
                 f,
                 "invalid key prefix {prefix:?}: use 1 to 32 bytes without braces or whitespace"
             ),
+            #[cfg(feature = "tls-rustls")]
+            Self::InvalidCertificate { reason } => write!(f, "invalid TLS certificate: {reason}"),
             Self::NoRuntime => f.write_str("build the Redis store from within a Tokio runtime"),
             Self::ZeroDuration { setting } => write!(f, "the {setting} must be above zero"),
         }

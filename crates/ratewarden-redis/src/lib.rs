@@ -88,6 +88,37 @@
 //! ```
 //!
 //! Redis Cluster: [`RedisConfig::cluster`].
+//!
+//! # TLS
+//!
+//! With a `tls-*` feature, `rediss://` URLs connect over TLS (rustls), for a single connection,
+//! a pool and a cluster alike. A server whose certificate a default root signed needs nothing
+//! more; for an internal CA, give it with `RedisConfig::tls_ca_cert`, and for mutual TLS a
+//! client certificate with `RedisConfig::tls_client_cert`:
+//!
+//! ```no_run
+//! # #[cfg(feature = "tls-rustls")]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = ratewarden_redis::RedisConfig::new("rediss://redis.internal:6380")
+//!     .tls_ca_cert(std::fs::read("/etc/redis/ca.crt")?)
+//!     .connect()
+//!     .await?;
+//! # drop(store); Ok(()) }
+//! ```
+//!
+//! rustls needs one crypto provider for the process: when the store is built and none is
+//! installed, it installs ring's. To use another (aws-lc-rs, FIPS), install it first
+//! (`CryptoProvider::install_default`).
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `tls-rustls` | no | `rediss://` through rustls, trusting the operating system's roots; `RedisConfig::tls_ca_cert`, `RedisConfig::tls_client_cert` |
+//! | `tls-rustls-webpki-roots` | no | as `tls-rustls`, trusting Mozilla's roots (compiled in) instead of the operating system's |
+//! | `metrics` | no | `ratewarden_redis_corrupt_states_total` through the `metrics` facade |
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
 mod connection;
