@@ -17,7 +17,7 @@
 //!   bytes, whatever the key, and one cluster slot for every limit of a key.
 //! - A state that cannot be read (garbage, `inf`, a key of another type) counts as spent: the
 //!   check is denied, never let through, the state is replaced by a spent one that refills,
-//!   and an error is logged (with the `metrics` feature, `ratewarden_redis_corrupt_states_total`
+//!   and an error is logged (with the `tracing` feature; with the `metrics` feature, `ratewarden_redis_corrupt_states_total`
 //!   counts it).
 //! - One check is at most one round trip, over one multiplexed connection that reconnects by
 //!   itself (the default, and the faster), or over a `deadpool-redis` pool
@@ -116,6 +116,7 @@
 //! |---|---|---|
 //! | `tls-rustls` | no | `rediss://` through rustls, trusting the operating system's roots; `RedisConfig::tls_ca_cert`, `RedisConfig::tls_client_cert` |
 //! | `tls-rustls-webpki-roots` | no | as `tls-rustls`, trusting Mozilla's roots (compiled in) instead of the operating system's |
+//! | `tracing` | no | `tracing` events: a corrupt state (error), clock skew past the threshold and a replica's connection not replaced (warnings), a part of a split not started (debug) |
 //! | `metrics` | no | `ratewarden_redis_corrupt_states_total` through the `metrics` facade |
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -126,6 +127,7 @@ mod deny_cache;
 mod error;
 mod hot_keys;
 mod lease;
+mod log;
 mod script;
 mod store;
 

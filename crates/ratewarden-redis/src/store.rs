@@ -91,7 +91,7 @@ impl RedisStore {
 
     /// How far Redis's clock is ahead of this host's (negative: behind), in microseconds: the
     /// Redis `TIME` against the midpoint of this host's clock around the call. Logs a warning
-    /// (`tracing`) when it exceeds the configured threshold (default 100 ms): decisions use
+    /// (with the `tracing` feature) when it exceeds the configured threshold (default 100 ms): decisions use
     /// Redis's clock only, but a skewed host misreads `X-RateLimit-Reset` and its own logs.
     ///
     /// # Errors
@@ -119,11 +119,7 @@ impl RedisStore {
         let skew = redis.saturating_sub(before / 2 + after / 2);
         let threshold = i64::try_from(self.skew_warning.as_micros()).unwrap_or(i64::MAX);
         if skew.unsigned_abs() > threshold.unsigned_abs() {
-            tracing::warn!(
-                skew_us = skew,
-                threshold_us = threshold,
-                "the clocks of this host and Redis disagree"
-            );
+            crate::log::clock_skew(skew, threshold);
         }
         Ok(skew)
     }
@@ -191,10 +187,7 @@ impl RedisStore {
         let reply = Reply::parse(&Box::pin(self.within(eval)).await?)?;
         if let Reply::Decided { corrupt: true, .. } = reply {
             let name = state_key(&self.prefix, key, call.quota, call.counter);
-            tracing::error!(
-                key = %String::from_utf8_lossy(&name),
-                "rate-limit state in Redis could not be read: the key counts as spent, and its state was replaced"
-            );
+            crate::log::corrupt_state(&name);
             #[cfg(feature = "metrics")]
             metrics::counter!("ratewarden_redis_corrupt_states_total").increment(1);
         }
@@ -392,7 +385,7 @@ impl RedisStore {
         });
         for result in futures_util::future::join_all(calls).await {
             if let Err(error) = result {
-                tracing::debug!(%error, "a part of a new split could not be started");
+                crate::log::part_not_started(&error);
             }
         }
     }
