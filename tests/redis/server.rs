@@ -312,9 +312,38 @@ async fn a_zero_deadline_or_lease_period_is_refused_when_built() {
         ),
     ] {
         let err = config.build().unwrap_err();
-        assert_eq!(err.kind(), StoreErrorKind::InvalidInput, "{setting}: {err}");
+        assert_eq!(err, ratewarden_redis::ConfigError::ZeroDuration { setting });
         assert!(err.to_string().contains(setting), "{setting}: {err}");
     }
+}
+
+#[tokio::test]
+async fn a_pool_on_a_cluster_config_is_refused_when_built() {
+    // Reproduced: `cluster(nodes).pool(n)` built a pool on the first node alone, as if it
+    // were a standalone server: every key on other nodes' slots failed with `MOVED`.
+    use ratewarden_redis::{ConfigError, RedisConfig};
+    let nodes = ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"];
+    let err = RedisConfig::cluster(nodes).pool(4).build().unwrap_err();
+    assert_eq!(err, ConfigError::PoolOnCluster);
+    // `connect` reports it as a store error, as `?` in users' code does.
+    let err = RedisConfig::cluster(nodes)
+        .pool(4)
+        .connect()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::InvalidInput, "{err}");
+    let source = std::error::Error::source(&err).unwrap();
+    assert_eq!(
+        source.downcast_ref::<ConfigError>(),
+        Some(&ConfigError::PoolOnCluster)
+    );
+    // A pool on one server still builds (nothing listens on port 1: nothing connects yet).
+    assert!(
+        RedisConfig::new("redis://127.0.0.1:1")
+            .pool(4)
+            .build()
+            .is_ok()
+    );
 }
 
 #[tokio::test]

@@ -30,9 +30,9 @@ use crate::store::{Local, RedisStore};
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct RedisConfig {
-    url: String,
-    cluster: Option<Vec<String>>,
-    pool: Option<usize>,
+    topology: Topology,
+    /// A builder step that cannot apply to the topology: [`build`](Self::build) reports it.
+    misuse: Option<ConfigError>,
     prefix: String,
     connect_timeout: Duration,
     timeout: Duration,
@@ -55,9 +55,8 @@ impl RedisConfig {
     /// ```
     pub fn new(url: impl Into<String>) -> Self {
         Self {
-            url: url.into(),
-            cluster: None,
-            pool: None,
+            topology: Topology::Single { url: url.into() },
+            misuse: None,
             prefix: "rl".to_owned(),
             connect_timeout: Duration::from_secs(1),
             timeout: DEFAULT_TIMEOUT,
@@ -85,10 +84,11 @@ impl RedisConfig {
     /// # drop(config);
     /// ```
     pub fn cluster<I: IntoIterator<Item = S>, S: Into<String>>(nodes: I) -> Self {
-        let nodes: Vec<String> = nodes.into_iter().map(Into::into).collect();
         Self {
-            cluster: Some(nodes.clone()),
-            ..Self::new(nodes.first().cloned().unwrap_or_default())
+            topology: Topology::Cluster {
+                nodes: nodes.into_iter().map(Into::into).collect(),
+            },
+            ..Self::new("")
         }
     }
 
@@ -97,14 +97,26 @@ impl RedisConfig {
     /// faster: every checkout from the pool costs a round trip of its own (deadpool pings a
     /// connection before handing it out). A pool isolates slow scripts from one another, and
     /// its checkouts count against the call's [deadline](Self::timeout); creating and recycling a connection at
-    /// most the connect timeout.
+    /// most the connect timeout. A `max_size` of 0 is taken as 1.
+    ///
+    /// A pool is for one server: on a [cluster](Self::cluster) config, where the cluster
+    /// client keeps a multiplexed connection per node, [`build`](Self::build) refuses it
+    /// ([`ConfigError::PoolOnCluster`]) rather than pool the first node alone.
     ///
     /// ```
     /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:6379").pool(16);
     /// # drop(config);
     /// ```
-    pub const fn pool(mut self, max_size: usize) -> Self {
-        self.pool = Some(max_size);
+    pub fn pool(mut self, max_size: usize) -> Self {
+        self.topology = match self.topology {
+            Topology::Single { url } | Topology::Pool { url, .. } => {
+                Topology::Pool { url, max_size }
+            }
+            cluster @ Topology::Cluster { .. } => {
+                self.misuse.get_or_insert(ConfigError::PoolOnCluster);
+                cluster
+            }
+        };
         self
     }
 
@@ -289,20 +301,22 @@ impl RedisConfig {
     ///
     /// # Errors
     ///
-    /// A [`StoreError`] of kind [`InvalidInput`](StoreErrorKind::InvalidInput), with a
-    /// [`ConfigError`] as its source, for a bad URL or prefix, a zero timeout, lease period or hot-key hold,
-    /// or when called outside a Tokio runtime.
+    /// A [`ConfigError`] for a bad URL, prefix or certificate, a zero timeout, lease period or
+    /// hot-key hold, a [pool](Self::pool) on a cluster, or when called outside a Tokio runtime.
+    /// It converts into a [`StoreError`] of kind
+    /// [`InvalidInput`](StoreErrorKind::InvalidInput) for `?`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), ratewarden_core::StoreError> {
+    /// # async fn main() -> Result<(), ratewarden_redis::ConfigError> {
     /// // Nothing listens on port 1: building still succeeds.
     /// let store = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:1").build()?;
     /// # drop(store); Ok(()) }
     /// ```
-    pub fn build(self) -> Result<RedisStore, StoreError> {
-        let invalid =
-            |error: ConfigError| StoreError::with_source(StoreErrorKind::InvalidInput, error);
+    pub fn build(self) -> Result<RedisStore, ConfigError> {
+        if let Some(misuse) = self.misuse {
+            return Err(misuse);
+        }
         let prefix_ok = !self.prefix.is_empty()
             && self.prefix.len() <= MAX_PREFIX_LEN
             && !self
@@ -310,9 +324,9 @@ impl RedisConfig {
                 .bytes()
                 .any(|b| b == b'{' || b == b'}' || b.is_ascii_whitespace() || b.is_ascii_control());
         if !prefix_ok {
-            return Err(invalid(ConfigError::InvalidPrefix {
+            return Err(ConfigError::InvalidPrefix {
                 prefix: self.prefix,
-            }));
+            });
         }
         let zero = [
             ("timeout", self.timeout),
@@ -329,12 +343,12 @@ impl RedisConfig {
         .into_iter()
         .find(|(_, duration)| duration.is_zero());
         if let Some((setting, _)) = zero {
-            return Err(invalid(ConfigError::ZeroDuration { setting }));
+            return Err(ConfigError::ZeroDuration { setting });
         }
         if tokio::runtime::Handle::try_current().is_err() {
-            return Err(invalid(ConfigError::NoRuntime));
+            return Err(ConfigError::NoRuntime);
         }
-        let connection = self.connection().map_err(invalid)?;
+        let connection = self.connection()?;
         let local = Local {
             clock: MonotonicClock::new(),
             deny: DenyCache::new(self.deny_cache),
@@ -360,46 +374,50 @@ impl RedisConfig {
         if self.uses_tls() {
             install_crypto_provider();
         }
-        if let Some(max_size) = self.pool {
-            let client = self.client(&self.url)?;
-            // The client's connection info carries its TLS certificates into the pool.
-            let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
-                .map_err(|e| invalid_url(&self.url, &e))?;
-            let mut pool = deadpool_redis::PoolConfig::new(max_size.max(1));
-            pool.timeouts.wait = Some(self.timeout);
-            pool.timeouts.create = Some(self.connect_timeout);
-            pool.timeouts.recycle = Some(self.connect_timeout);
-            let pool = deadpool_redis::Pool::builder(manager)
-                .config(pool)
-                .runtime(deadpool_redis::Runtime::Tokio1)
-                .build()
-                .map_err(|e| invalid_url(&self.url, &e))?;
-            Ok(Connection::Pool(pool))
-        } else if let Some(nodes) = &self.cluster {
-            for node in nodes {
-                self.client(node)?;
+        match &self.topology {
+            Topology::Single { url } => {
+                let client = self.client(url)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.connect_timeout))
+                    .set_response_timeout(Some(self.timeout))
+                    .set_number_of_retries(1);
+                let single = Single::new(client, config).map_err(|e| invalid_url(url, &e))?;
+                Ok(Connection::Single(Arc::new(single)))
             }
-            let builder = redis::cluster::ClusterClientBuilder::new(nodes.clone())
-                .connection_timeout(self.connect_timeout)
-                .response_timeout(self.timeout);
-            #[cfg(feature = "tls-rustls")]
-            let builder = if self.has_tls_certs() {
-                builder.certs(self.tls.clone())
-            } else {
-                builder
-            };
-            let client = builder
-                .build()
-                .map_err(|e| invalid_url(nodes.first().map_or("", String::as_str), &e))?;
-            Ok(Connection::Cluster(Arc::new(LazyCluster::new(client))))
-        } else {
-            let client = self.client(&self.url)?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.connect_timeout))
-                .set_response_timeout(Some(self.timeout))
-                .set_number_of_retries(1);
-            let single = Single::new(client, config).map_err(|e| invalid_url(&self.url, &e))?;
-            Ok(Connection::Single(Arc::new(single)))
+            Topology::Pool { url, max_size } => {
+                let client = self.client(url)?;
+                // The client's connection info carries its TLS certificates into the pool.
+                let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
+                    .map_err(|e| invalid_url(url, &e))?;
+                let mut pool = deadpool_redis::PoolConfig::new((*max_size).max(1));
+                pool.timeouts.wait = Some(self.timeout);
+                pool.timeouts.create = Some(self.connect_timeout);
+                pool.timeouts.recycle = Some(self.connect_timeout);
+                let pool = deadpool_redis::Pool::builder(manager)
+                    .config(pool)
+                    .runtime(deadpool_redis::Runtime::Tokio1)
+                    .build()
+                    .map_err(|e| invalid_url(url, &e))?;
+                Ok(Connection::Pool(pool))
+            }
+            Topology::Cluster { nodes } => {
+                for node in nodes {
+                    self.client(node)?;
+                }
+                let builder = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                    .connection_timeout(self.connect_timeout)
+                    .response_timeout(self.timeout);
+                #[cfg(feature = "tls-rustls")]
+                let builder = if self.has_tls_certs() {
+                    builder.certs(self.tls.clone())
+                } else {
+                    builder
+                };
+                let client = builder
+                    .build()
+                    .map_err(|e| invalid_url(nodes.first().map_or("", String::as_str), &e))?;
+                Ok(Connection::Cluster(Arc::new(LazyCluster::new(client))))
+            }
         }
     }
 
@@ -477,9 +495,31 @@ impl RedisConfig {
             url.get(..9)
                 .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
         };
-        self.has_tls_certs()
-            || rediss(&self.url)
-            || self.cluster.iter().flatten().any(|node| rediss(node))
+        self.has_tls_certs() || self.topology.urls().iter().any(|url| rediss(url))
+    }
+}
+
+/// Where Redis is, and how the store talks to it: one of three, so that no combination of
+/// settings means something else than it says.
+#[derive(Clone, Debug)]
+enum Topology {
+    /// One server, over one multiplexed connection that reconnects by itself (the default).
+    Single { url: String },
+    /// One server, over a `deadpool-redis` pool of up to `max_size` connections.
+    Pool { url: String, max_size: usize },
+    /// A Redis Cluster, reached through any of `nodes`; the cluster client keeps one
+    /// multiplexed connection per node.
+    Cluster { nodes: Vec<String> },
+}
+
+impl Topology {
+    /// The URLs given.
+    #[cfg(feature = "tls-rustls")]
+    fn urls(&self) -> &[String] {
+        match self {
+            Self::Single { url } | Self::Pool { url, .. } => std::slice::from_ref(url),
+            Self::Cluster { nodes } => nodes,
+        }
     }
 }
 
@@ -507,7 +547,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// The default size of the denied-key cache: see [`RedisConfig::deny_cache`].
 const DEFAULT_DENY_CACHE: usize = 100_000;
 
-/// A configuration that cannot work; the source of an
+/// A configuration that cannot work: the error of [`RedisConfig::build`], and the source of an
 /// [`InvalidInput`](StoreErrorKind::InvalidInput) error from [`RedisConfig::connect`].
 ///
 /// ```
@@ -539,6 +579,9 @@ pub enum ConfigError {
     },
     /// [`RedisConfig::build`] was called outside a Tokio runtime.
     NoRuntime,
+    /// [`RedisConfig::pool`] on a [cluster](RedisConfig::cluster) config: a pool is for one
+    /// server, and the cluster client keeps a connection per node of its own.
+    PoolOnCluster,
     /// A duration that must be above zero is zero: the `timeout` (every call would fail),
     /// the `connect_timeout`, the `lease period` (every check would take a batch and forget
     /// it at once) or the `hot-key hold` (a split would end as it starts).
@@ -559,9 +602,28 @@ impl fmt::Display for ConfigError {
             #[cfg(feature = "tls-rustls")]
             Self::InvalidCertificate { reason } => write!(f, "invalid TLS certificate: {reason}"),
             Self::NoRuntime => f.write_str("build the Redis store from within a Tokio runtime"),
+            Self::PoolOnCluster => f.write_str(
+                "a pool is for one Redis server: a cluster config takes no pool (the cluster client keeps a connection per node)",
+            ),
             Self::ZeroDuration { setting } => write!(f, "the {setting} must be above zero"),
         }
     }
 }
 
 impl std::error::Error for ConfigError {}
+
+/// A configuration error as a [`StoreError`] of kind
+/// [`InvalidInput`](StoreErrorKind::InvalidInput) (with the configuration error as its source),
+/// for `?` in a function that returns [`StoreError`]s.
+///
+/// ```
+/// use ratewarden_core::{StoreError, StoreErrorKind};
+///
+/// let err = StoreError::from(ratewarden_redis::ConfigError::NoRuntime);
+/// assert_eq!(err.kind(), StoreErrorKind::InvalidInput);
+/// ```
+impl From<ConfigError> for StoreError {
+    fn from(error: ConfigError) -> Self {
+        Self::with_source(StoreErrorKind::InvalidInput, error)
+    }
+}
