@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratewarden_core::{Algorithm, Key, Quota, Store, StoreErrorKind};
+use ratewarden_core::{Algorithm, Key, Quota, Store, StoreErrorKind, Timestamp};
 use ratewarden_redis::RedisStore;
 use redis::AsyncCommands;
 use tests::redis_server::RedisServer;
@@ -220,7 +220,7 @@ async fn a_clock_stepped_back_denies_a_key_for_at_most_its_horizon() {
         let key = Key::from("stepped");
         let before = 1_700_000_000 * second;
         while store
-            .check_at(&key, &quota, 1, before)
+            .check_at(&key, &quota, 1, Timestamp::from_micros(before))
             .await
             .unwrap()
             .is_allowed()
@@ -239,7 +239,10 @@ async fn a_clock_stepped_back_denies_a_key_for_at_most_its_horizon() {
                 "{algorithm}: still denied {} ms after the step",
                 (now - start) / 1_000
             );
-            let decision = store.check_at(&key, &quota, 1, now).await.unwrap();
+            let decision = store
+                .check_at(&key, &quota, 1, Timestamp::from_micros(now))
+                .await
+                .unwrap();
             if decision.is_allowed() {
                 break;
             }

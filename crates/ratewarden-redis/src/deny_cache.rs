@@ -12,31 +12,33 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use foldhash::fast::RandomState;
-use ratewarden_core::{Decision, Info, Key, Quota};
+use ratewarden_core::{Decision, Info, Key, Quota, Timestamp};
+
+use crate::time::between;
 
 /// How often a full cache may be swept for expired entries.
-const SWEEP_EVERY_NANOS: u64 = 100_000_000;
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
 /// Whether a full map may be swept at `now` (at most once per 100 ms, by one caller): a flood
-/// of new keys must not turn every insert into a scan.
-pub(crate) fn sweep_due(last_sweep: &AtomicU64, now: u64) -> bool {
+/// of new keys must not turn every insert into a scan. `last_sweep` holds nanoseconds.
+pub(crate) fn sweep_due(last_sweep: &AtomicU64, now: Timestamp) -> bool {
     let last = last_sweep.load(Ordering::Relaxed);
-    now.saturating_sub(last) >= SWEEP_EVERY_NANOS
+    between(Timestamp::from_nanos(last), now) >= SWEEP_EVERY
         && last_sweep
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(last, now.as_nanos(), Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
 }
 
-/// One denial: which quota and cost it was for, and until when it stands (local nanoseconds).
+/// One denial: which quota and cost it was for, and until when it stands (this gateway's clock).
 /// For a split key it covers the whole key, whichever part denied: a client told to retry
 /// after `t` is not admitted by another part before `t`.
 #[derive(Debug)]
 struct Denial {
     quota: Quota,
     cost: u32,
-    until: u64,
+    until: Timestamp,
     limit: u64,
-    reset_at: u64,
+    reset_at: Timestamp,
 }
 
 /// Denials by key and quota, bounded by `max_keys`.
@@ -59,25 +61,30 @@ impl DenyCache {
     }
 
     /// The cached denial of `cost` for `key` under `quota` at `now`, if one stands.
-    pub(crate) fn get(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
+    pub(crate) fn get(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        now: Timestamp,
+    ) -> Option<Decision> {
         let denials = self.map.get(key)?;
         let denial = denials.iter().find(|d| d.quota == *quota)?;
         if cost < denial.cost || now >= denial.until {
             return None;
         }
-        let nanos = |at: u64| Duration::from_nanos(at.saturating_sub(now));
         Some(Decision::Denied(Info::new(
             denial.limit,
             0,
-            nanos(denial.reset_at),
-            nanos(denial.until),
+            between(now, denial.reset_at),
+            between(now, denial.until),
         )))
     }
 
     /// Remembers that Redis denied `cost` for `key` under `quota` with `info`, the reply
     /// having arrived at `now`. A full cache first drops expired denials (at most every 100
     /// ms); still full, it remembers nothing (which costs round trips, never accuracy).
-    pub(crate) fn insert(&self, key: &Key, quota: Quota, cost: u32, info: &Info, now: u64) {
+    pub(crate) fn insert(&self, key: &Key, quota: Quota, cost: u32, info: &Info, now: Timestamp) {
         if self.max_keys == 0 || info.retry_after().is_zero() {
             return;
         }
@@ -91,14 +98,12 @@ impl DenyCache {
                 return;
             }
         }
-        let after =
-            |d: Duration| now.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let denial = Denial {
             quota,
             cost,
-            until: after(info.retry_after()),
+            until: now.saturating_add(info.retry_after()),
             limit: info.limit(),
-            reset_at: after(info.reset_after()),
+            reset_at: now.saturating_add(info.reset_after()),
         };
         let mut denials = self.map.entry(key.clone()).or_default();
         denials.retain(|d| d.quota != quota && d.until > now);
@@ -139,21 +144,22 @@ mod tests {
         let cache = DenyCache::new(10);
         let quota = Quota::per_second(5).unwrap();
         let key = Key::from(1_u64);
-        cache.insert(&key, quota, 2, &info(100), 1_000);
-        let hit = cache.get(&key, &quota, 2, 1_000).expect("cached");
+        let at = Timestamp::from_nanos;
+        cache.insert(&key, quota, 2, &info(100), at(1_000));
+        let hit = cache.get(&key, &quota, 2, at(1_000)).expect("cached");
         assert_eq!(hit.info().retry_after(), Duration::from_millis(100));
-        assert!(cache.get(&key, &quota, 3, 50_000_000).is_some());
-        let later = cache.get(&key, &quota, 2, 50_001_000).unwrap();
+        assert!(cache.get(&key, &quota, 3, at(50_000_000)).is_some());
+        let later = cache.get(&key, &quota, 2, at(50_001_000)).unwrap();
         assert_eq!(later.info().retry_after(), Duration::from_millis(50));
         // A smaller cost may fit sooner; another quota is another limit; the time passes.
-        assert!(cache.get(&key, &quota, 1, 1_000).is_none());
+        assert!(cache.get(&key, &quota, 1, at(1_000)).is_none());
         let other = Quota::per_second(6).unwrap();
-        assert!(cache.get(&key, &other, 2, 1_000).is_none());
-        assert!(cache.get(&key, &quota, 2, 100_001_000).is_none());
+        assert!(cache.get(&key, &other, 2, at(1_000)).is_none());
+        assert!(cache.get(&key, &quota, 2, at(100_001_000)).is_none());
         // Quotas are remembered side by side.
-        cache.insert(&key, other, 1, &info(100), 1_000);
-        assert!(cache.get(&key, &quota, 2, 1_000).is_some());
-        assert!(cache.get(&key, &other, 1, 1_000).is_some());
+        cache.insert(&key, other, 1, &info(100), at(1_000));
+        assert!(cache.get(&key, &quota, 2, at(1_000)).is_some());
+        assert!(cache.get(&key, &other, 1, at(1_000)).is_some());
         assert_eq!(cache.len(), 1);
     }
 
@@ -161,16 +167,17 @@ mod tests {
     fn a_full_cache_sweeps_expired_denials_and_otherwise_declines() {
         let cache = DenyCache::new(2);
         let quota = Quota::per_second(5).unwrap();
-        let now = SWEEP_EVERY_NANOS;
+        let now = Timestamp::from_nanos(0).saturating_add(SWEEP_EVERY);
         let key = |n: u64| Key::from(n);
         cache.insert(&key(1), quota, 1, &info(1), now);
         cache.insert(&key(2), quota, 1, &info(1_000), now);
         // Full, and nothing expired yet: the third is not remembered.
-        cache.insert(&key(3), quota, 1, &info(1_000), now + 1);
+        let soon = now.saturating_add(Duration::from_nanos(1));
+        cache.insert(&key(3), quota, 1, &info(1_000), soon);
         assert_eq!(cache.len(), 2);
-        assert!(cache.get(&key(3), &quota, 1, now + 1).is_none());
+        assert!(cache.get(&key(3), &quota, 1, soon).is_none());
         // Later, the first has expired: a sweep makes room.
-        let later = now + 2 * SWEEP_EVERY_NANOS;
+        let later = now.saturating_add(2 * SWEEP_EVERY);
         cache.insert(&key(3), quota, 1, &info(1_000), later);
         assert_eq!(cache.len(), 2);
         assert!(cache.get(&key(3), &quota, 1, later).is_some());

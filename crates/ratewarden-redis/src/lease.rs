@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use foldhash::fast::RandomState;
-use ratewarden_core::{Decision, Info, Key, Quota};
+use ratewarden_core::{Decision, Info, Key, Quota, Timestamp};
 
 use crate::deny_cache::sweep_due;
 
@@ -38,7 +38,7 @@ pub(crate) struct LeasePolicy {
 struct Lease {
     quota: Quota,
     tokens: u32,
-    expires: u64,
+    expires: Timestamp,
     limit: u64,
 }
 
@@ -62,7 +62,13 @@ impl Leases {
     }
 
     /// Spends `cost` of `key`'s lease under `quota` at `now`, if it holds that much.
-    pub(crate) fn spend(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
+    pub(crate) fn spend(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        now: Timestamp,
+    ) -> Option<Decision> {
         let mut leases = self.map.get_mut(key)?;
         let lease = leases.iter_mut().find(|lease| lease.quota == *quota)?;
         if now >= lease.expires || lease.tokens < cost {
@@ -92,7 +98,7 @@ impl Leases {
         quota: Quota,
         (granted, cost): (u32, u32),
         info: &Info,
-        now: u64,
+        now: Timestamp,
     ) {
         let tokens = granted.saturating_sub(cost);
         if tokens == 0 {
@@ -108,11 +114,10 @@ impl Leases {
                 return;
             }
         }
-        let period = u64::try_from(self.policy.period.as_nanos()).unwrap_or(u64::MAX);
         let lease = Lease {
             quota,
             tokens,
-            expires: now.saturating_add(period),
+            expires: now.saturating_add(self.policy.period),
             limit: info.limit(),
         };
         let mut leases = self.map.entry(key.clone()).or_default();
@@ -138,27 +143,28 @@ mod tests {
         };
         let leases = Leases::new(policy, 100);
         let (key, quota) = (Key::from(1_u64), Quota::per_second(100).unwrap());
-        assert!(leases.spend(&key, &quota, 1, 0).is_none());
+        let at = Timestamp::from_nanos;
+        assert!(leases.spend(&key, &quota, 1, at(0)).is_none());
         assert_eq!(leases.batch_for(&quota, 1), Some(10));
         assert_eq!(leases.batch_for(&quota, 10), None);
         let info = Info::new(100, 90, Duration::ZERO, Duration::ZERO);
-        leases.granted(&key, quota, (10, 1), &info, 0);
+        leases.granted(&key, quota, (10, 1), &info, at(0));
         for left in (0..9).rev() {
-            let d = leases.spend(&key, &quota, 1, 1_000).expect("leased");
+            let d = leases.spend(&key, &quota, 1, at(1_000)).expect("leased");
             assert_eq!(d.info().remaining(), left);
         }
-        assert!(leases.spend(&key, &quota, 1, 1_000).is_none(), "spent");
-        leases.granted(&key, quota, (10, 1), &info, 0);
+        assert!(leases.spend(&key, &quota, 1, at(1_000)).is_none(), "spent");
+        leases.granted(&key, quota, (10, 1), &info, at(0));
         assert!(
-            leases.spend(&key, &quota, 1, 100_000_000).is_none(),
+            leases.spend(&key, &quota, 1, at(100_000_000)).is_none(),
             "expired"
         );
         // Another quota of the key has its own lease.
         let other = Quota::per_second(5).unwrap();
-        assert!(leases.spend(&key, &other, 1, 0).is_none());
-        leases.granted(&key, other, (3, 1), &info, 0);
-        assert!(leases.spend(&key, &other, 2, 0).is_some());
-        assert!(leases.spend(&key, &quota, 1, 0).is_some());
+        assert!(leases.spend(&key, &other, 1, at(0)).is_none());
+        leases.granted(&key, other, (3, 1), &info, at(0));
+        assert!(leases.spend(&key, &other, 2, at(0)).is_some());
+        assert!(leases.spend(&key, &quota, 1, at(0)).is_some());
     }
 
     #[test]

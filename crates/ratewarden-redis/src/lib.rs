@@ -130,6 +130,7 @@ mod lease;
 mod log;
 mod script;
 mod store;
+mod time;
 
 pub use config::{ConfigError, RedisConfig};
 pub use hot_keys::{HotKeys, MAX_PARTS, MAX_SPLIT_KEYS};

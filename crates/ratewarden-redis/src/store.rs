@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratewarden_core::{
-    Clock, Decision, Info, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind,
+    Clock, Decision, Info, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
 };
 
 use crate::connection::Connection;
@@ -13,6 +13,7 @@ use crate::deny_cache::DenyCache;
 use crate::hot_keys::HotKeyState;
 use crate::lease::Leases;
 use crate::script::{Call, Counter, Mode, Reply, marker_key, state_key};
+use crate::time::between;
 
 /// A [`Store`] in Redis or Redis Cluster; see the [crate docs](crate). Clones share one
 /// multiplexed connection (per cluster node), or one pool, and one local front.
@@ -140,8 +141,8 @@ impl RedisStore {
         self.local.hot.split_keys(self.now())
     }
 
-    /// [`Store::check`] at a given time (microseconds since the UNIX epoch) instead of Redis's
-    /// clock, on the key's own counter: for tests that compare the scripts with `ratewarden-core`
+    /// [`Store::check`] at a given time (since the UNIX epoch; the scripts see its whole
+    /// microseconds) instead of Redis's clock, on the key's own counter: for tests that compare the scripts with `ratewarden-core`
     /// step by step.
     ///
     /// # Errors
@@ -153,14 +154,14 @@ impl RedisStore {
         key: &Key,
         quota: &Quota,
         cost: u32,
-        now_micros: u64,
+        now: Timestamp,
     ) -> Result<Decision, StoreError> {
         let call = Call {
             quota,
             counter: Counter::Whole,
             mode: Mode::Check,
             cost,
-            now: Some(now_micros),
+            now: Some(now),
             marker: None,
             keep_for: Duration::ZERO,
         };
@@ -194,8 +195,8 @@ impl RedisStore {
         Ok(reply)
     }
 
-    fn now(&self) -> u64 {
-        self.local.clock.now().as_nanos()
+    fn now(&self) -> Timestamp {
+        self.local.clock.now()
     }
 
     /// The longest an adaptive split can still run when a gateway checks its key: its hold,
@@ -206,7 +207,13 @@ impl RedisStore {
     }
 
     /// A decision this gateway can make alone: from a lease, or a standing denial.
-    fn decide_locally(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
+    fn decide_locally(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        now: Timestamp,
+    ) -> Option<Decision> {
         let leases = self.local.leases.as_ref();
         if let Some(leased) = leases.and_then(|l| l.spend(key, quota, cost, now)) {
             return Some(leased);
@@ -291,7 +298,7 @@ impl RedisStore {
                     },
                     part => part,
                 };
-                let elapsed = Duration::from_nanos(self.now().saturating_sub(sent));
+                let elapsed = between(sent, self.now());
                 let part = Call {
                     counter,
                     marker: None,
@@ -318,12 +325,12 @@ impl RedisStore {
         ) = (reply, counter)
         {
             let now = self.now();
-            let room_at = now.saturating_add(nanos(info.retry_after()));
+            let room_at = now.saturating_add(info.retry_after());
             let other = hot.spent(key, quota, (index, room_at), now);
             let Some(route) = other.filter(|_| !retried) else {
                 // Denied until a part may have room: no sooner, and no later.
                 let room_at = hot.room_at(key, quota, now).unwrap_or(room_at);
-                let retry = Duration::from_nanos(room_at.saturating_sub(now).max(1_000));
+                let retry = between(now, room_at).max(Duration::from_micros(1));
                 let limit = u64::from(quota.burst());
                 let denied = Info::new(limit, 0, info.reset_after(), retry);
                 return Ok((Decision::Denied(denied), 0));
@@ -347,10 +354,6 @@ impl RedisStore {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl RedisStore {
     /// Starts the parts of a split this gateway just made, each with its share (rounded
     /// down) of the `left` units the key had: so that they refill from the split's start,
@@ -362,7 +365,7 @@ impl RedisStore {
         &self,
         key: &Key,
         quota: &Quota,
-        (parts, epoch): (u32, u64),
+        (parts, epoch): (u32, Timestamp),
         left: u64,
         remaining: Duration,
     ) {
