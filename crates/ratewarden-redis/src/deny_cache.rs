@@ -7,27 +7,10 @@
 //! `t + r`, where `t` is when the reply arrived here, which is after `T`: it answers "denied"
 //! at most one network trip longer than Redis would, and never "allowed".
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use dashmap::DashMap;
-use foldhash::fast::RandomState;
 use ratewarden_core::{Decision, Info, Key, Quota, Timestamp};
 
+use crate::per_key::{Expiring, PerKey};
 use crate::time::between;
-
-/// How often a full cache may be swept for expired entries.
-const SWEEP_EVERY: Duration = Duration::from_millis(100);
-
-/// Whether a full map may be swept at `now` (at most once per 100 ms, by one caller): a flood
-/// of new keys must not turn every insert into a scan. `last_sweep` holds nanoseconds.
-pub(crate) fn sweep_due(last_sweep: &AtomicU64, now: Timestamp) -> bool {
-    let last = last_sweep.load(Ordering::Relaxed);
-    between(Timestamp::from_nanos(last), now) >= SWEEP_EVERY
-        && last_sweep
-            .compare_exchange(last, now.as_nanos(), Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-}
 
 /// One denial: which quota and cost it was for, and until when it stands (this gateway's clock).
 /// For a split key it covers the whole key, whichever part denied: a client told to retry
@@ -41,22 +24,28 @@ struct Denial {
     reset_at: Timestamp,
 }
 
+impl Expiring for Denial {
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn expires(&self) -> Timestamp {
+        self.until
+    }
+}
+
 /// Denials by key and quota, bounded by `max_keys`.
 #[derive(Debug)]
 pub(crate) struct DenyCache {
-    /// By key, one denial per quota (almost always one in all): looked up by `&Key`, with no
-    /// copy of the key per check.
-    map: DashMap<Key, Vec<Denial>, RandomState>,
-    max_keys: usize,
-    last_sweep: AtomicU64,
+    denials: PerKey<Denial>,
+    off: bool,
 }
 
 impl DenyCache {
     pub(crate) fn new(max_keys: usize) -> Self {
         Self {
-            map: DashMap::with_hasher(RandomState::default()),
-            max_keys,
-            last_sweep: AtomicU64::new(0),
+            denials: PerKey::new(max_keys),
+            off: max_keys == 0,
         }
     }
 
@@ -68,35 +57,26 @@ impl DenyCache {
         cost: u32,
         now: Timestamp,
     ) -> Option<Decision> {
-        let denials = self.map.get(key)?;
-        let denial = denials.iter().find(|d| d.quota == *quota)?;
-        if cost < denial.cost || now >= denial.until {
-            return None;
-        }
-        Some(Decision::Denied(Info::new(
-            denial.limit,
-            0,
-            between(now, denial.reset_at),
-            between(now, denial.until),
-        )))
+        self.denials
+            .read(key, quota, |denial| {
+                (cost >= denial.cost && now < denial.until).then(|| {
+                    Decision::Denied(Info::new(
+                        denial.limit,
+                        0,
+                        between(now, denial.reset_at),
+                        between(now, denial.until),
+                    ))
+                })
+            })
+            .flatten()
     }
 
     /// Remembers that Redis denied `cost` for `key` under `quota` with `info`, the reply
     /// having arrived at `now`. A full cache first drops expired denials (at most every 100
     /// ms); still full, it remembers nothing (which costs round trips, never accuracy).
     pub(crate) fn insert(&self, key: &Key, quota: Quota, cost: u32, info: &Info, now: Timestamp) {
-        if self.max_keys == 0 || info.retry_after().is_zero() {
+        if self.off || info.retry_after().is_zero() {
             return;
-        }
-        if self.map.len() >= self.max_keys && !self.map.contains_key(key) {
-            if !sweep_due(&self.last_sweep, now) {
-                return;
-            }
-            self.map
-                .retain(|_, denials| denials.iter().any(|denial| denial.until > now));
-            if self.map.len() >= self.max_keys {
-                return;
-            }
         }
         let denial = Denial {
             quota,
@@ -105,30 +85,30 @@ impl DenyCache {
             limit: info.limit(),
             reset_at: now.saturating_add(info.reset_after()),
         };
-        let mut denials = self.map.entry(key.clone()).or_default();
-        denials.retain(|d| d.quota != quota && d.until > now);
-        denials.push(denial);
+        self.denials.insert(key, denial, now);
     }
 
     /// Forgets every denial of `key` (after a reset).
     pub(crate) fn remove(&self, key: &Key) {
-        self.map.remove(key);
+        self.denials.remove(key);
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.denials.len()
     }
 
     /// Whether the cache is off (`max_keys` 0): then it never holds anything.
     pub(crate) const fn is_off(&self) -> bool {
-        self.max_keys == 0
+        self.off
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::per_key::SWEEP_EVERY;
+    use std::time::Duration;
 
     fn info(retry_ms: u64) -> Info {
         Info::new(

@@ -5,15 +5,13 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use dashmap::DashMap;
 use foldhash::fast::RandomState;
 use ratewarden_core::{Algorithm, Key, Quota, Timestamp};
 
-use crate::deny_cache::sweep_due;
+use crate::per_key::{Expiring, PerKey};
 use crate::script::Counter;
 use crate::time::between;
 
@@ -198,12 +196,22 @@ struct Known {
     spent_until: Box<[Timestamp]>,
 }
 
-/// This gateway's view of hot keys: which are split, and (adaptive) how often each is checked.
+impl Expiring for Known {
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn expires(&self) -> Timestamp {
+        self.until
+    }
+}
+
+/// This gateway's view of hot keys: which are split (at most [`MAX_SPLIT_KEYS`]), and
+/// (adaptive) how often each is checked.
 #[derive(Debug)]
 pub(crate) struct HotKeyState {
     config: HotKeys,
-    splits: DashMap<Key, Vec<Known>, RandomState>,
-    last_sweep: AtomicU64,
+    splits: PerKey<Known>,
     tracker: Mutex<Tracker>,
 }
 
@@ -218,8 +226,7 @@ impl HotKeyState {
     pub(crate) fn new(config: HotKeys) -> Self {
         Self {
             config,
-            splits: DashMap::with_hasher(RandomState::default()),
-            last_sweep: AtomicU64::new(0),
+            splits: PerKey::new(MAX_SPLIT_KEYS),
             tracker: Mutex::new(Tracker::default()),
         }
     }
@@ -263,11 +270,9 @@ impl HotKeyState {
         now: Timestamp,
         f: impl FnOnce(&mut Known) -> R,
     ) -> Option<R> {
-        let mut splits = self.splits.get_mut(key)?;
-        splits
-            .iter_mut()
-            .find(|known| known.quota == *quota && known.until > now)
-            .map(f)
+        self.splits
+            .update(key, quota, |known| (known.until > now).then(|| f(known)))
+            .flatten()
     }
 
     fn known_until(&self, key: &Key, quota: &Quota, now: Timestamp) -> Option<Timestamp> {
@@ -342,29 +347,17 @@ impl HotKeyState {
         sent: Timestamp,
     ) -> bool {
         let (parts, epoch) = split;
-        let new = self
-            .splits
-            .get(key)
-            .is_none_or(|known| !known.iter().any(|k| k.quota == quota && k.epoch == epoch));
         let until = sent.saturating_add(remaining);
-        if self.splits.len() >= MAX_SPLIT_KEYS && !self.splits.contains_key(key) {
-            if !sweep_due(&self.last_sweep, sent) {
-                return new;
-            }
-            self.splits
-                .retain(|_, known| known.iter().any(|k| k.until > sent));
-            if self.splits.len() >= MAX_SPLIT_KEYS {
-                return new;
-            }
-        }
-        let mut splits = self.splits.entry(key.clone()).or_default();
-        if let Some(known) = splits
-            .iter_mut()
-            .find(|k| k.quota == quota && k.epoch == epoch)
-        {
+        let renewed = self.splits.update(key, &quota, |known| {
             // The same split, renewed: the parts known to be spent stay so.
-            known.until = known.until.max(until);
-            return new;
+            let same = known.epoch == epoch;
+            if same {
+                known.until = known.until.max(until);
+            }
+            same
+        });
+        if renewed == Some(true) {
+            return false;
         }
         let parts = parts.clamp(2, MAX_PARTS);
         let known = Known {
@@ -374,32 +367,29 @@ impl HotKeyState {
             until,
             spent_until: vec![Timestamp::default(); parts as usize].into_boxed_slice(),
         };
-        splits.retain(|k| k.quota != quota && k.until > sent);
-        splits.push(known);
-        new
+        self.splits.insert(key, known, sent);
+        true
     }
 
     /// Forgets `key`'s splits (after a reset).
     pub(crate) fn forget(&self, key: &Key) -> Vec<(Quota, u32, Timestamp)> {
         self.splits
             .remove(key)
-            .map(|(_, known)| known.iter().map(|k| (k.quota, k.parts, k.epoch)).collect())
-            .unwrap_or_default()
+            .iter()
+            .map(|k| (k.quota, k.parts, k.epoch))
+            .collect()
     }
 
     /// The keys split now, and into how many parts.
     pub(crate) fn split_keys(&self, now: Timestamp) -> Vec<(Key, u32)> {
-        self.splits
-            .iter()
-            .filter_map(|entry| {
-                let parts = entry
-                    .iter()
-                    .filter(|k| k.until > now)
-                    .map(|k| k.parts)
-                    .max()?;
-                Some((entry.key().clone(), parts))
-            })
-            .collect()
+        self.splits.collect(|key, known| {
+            let parts = known
+                .iter()
+                .filter(|k| k.until > now)
+                .map(|k| k.parts)
+                .max()?;
+            Some((key.clone(), parts))
+        })
     }
 
     /// How many keys this gateway tracks as split (expired ones included until swept).

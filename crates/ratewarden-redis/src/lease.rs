@@ -17,14 +17,11 @@
 //! under-admission, at most `batch - 1` per gateway and period.
 
 use std::num::NonZeroU32;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use dashmap::DashMap;
-use foldhash::fast::RandomState;
 use ratewarden_core::{Decision, Info, Key, Quota, Timestamp};
 
-use crate::deny_cache::sweep_due;
+use crate::per_key::{Expiring, PerKey};
 
 /// How many tokens to lease at a time and for how long; see [`RedisConfig::lease`](crate::RedisConfig::lease).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,22 +39,29 @@ struct Lease {
     limit: u64,
 }
 
-/// The leases this gateway holds, by key (one per quota of the key).
+impl Expiring for Lease {
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn expires(&self) -> Timestamp {
+        self.expires
+    }
+}
+
+/// The leases this gateway holds, by key (one per quota of the key), for at most `max_keys`
+/// keys.
 #[derive(Debug)]
 pub(crate) struct Leases {
-    map: DashMap<Key, Vec<Lease>, RandomState>,
+    leases: PerKey<Lease>,
     policy: LeasePolicy,
-    max_keys: usize,
-    last_sweep: AtomicU64,
 }
 
 impl Leases {
     pub(crate) fn new(policy: LeasePolicy, max_keys: usize) -> Self {
         Self {
-            map: DashMap::with_hasher(RandomState::default()),
+            leases: PerKey::new(max_keys),
             policy,
-            max_keys,
-            last_sweep: AtomicU64::new(0),
         }
     }
 
@@ -69,18 +73,20 @@ impl Leases {
         cost: u32,
         now: Timestamp,
     ) -> Option<Decision> {
-        let mut leases = self.map.get_mut(key)?;
-        let lease = leases.iter_mut().find(|lease| lease.quota == *quota)?;
-        if now >= lease.expires || lease.tokens < cost {
-            return None;
-        }
-        lease.tokens -= cost;
-        Some(Decision::Allowed(Info::new(
-            lease.limit,
-            u64::from(lease.tokens),
-            Duration::ZERO,
-            Duration::ZERO,
-        )))
+        self.leases
+            .update(key, quota, |lease| {
+                if now >= lease.expires || lease.tokens < cost {
+                    return None;
+                }
+                lease.tokens -= cost;
+                Some(Decision::Allowed(Info::new(
+                    lease.limit,
+                    u64::from(lease.tokens),
+                    Duration::ZERO,
+                    Duration::ZERO,
+                )))
+            })
+            .flatten()
     }
 
     /// The batch a check of `cost` under `quota` asks Redis for (`None`: just its cost): never
@@ -104,30 +110,19 @@ impl Leases {
         if tokens == 0 {
             return;
         }
-        if self.map.len() >= self.max_keys && !self.map.contains_key(key) {
-            if !sweep_due(&self.last_sweep, now) {
-                return;
-            }
-            self.map
-                .retain(|_, leases| leases.iter().any(|lease| lease.expires > now));
-            if self.map.len() >= self.max_keys {
-                return;
-            }
-        }
         let lease = Lease {
             quota,
             tokens,
             expires: now.saturating_add(self.policy.period),
             limit: info.limit(),
         };
-        let mut leases = self.map.entry(key.clone()).or_default();
-        leases.retain(|held| held.quota != quota && held.expires > now);
-        leases.push(lease);
+        // A full map may decline: the tokens are then forgotten (under-admission, never over).
+        self.leases.insert(key, lease, now);
     }
 
     /// Forgets `key`'s leases (after a reset).
     pub(crate) fn remove(&self, key: &Key) {
-        self.map.remove(key);
+        self.leases.remove(key);
     }
 }
 

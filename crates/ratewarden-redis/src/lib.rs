@@ -128,6 +128,7 @@ mod error;
 mod hot_keys;
 mod lease;
 mod log;
+mod per_key;
 mod script;
 mod store;
 mod time;
