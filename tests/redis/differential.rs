@@ -72,7 +72,10 @@ async fn run_key<S: AlgorithmState>(
             _ => rng.random_range(1..=3),
         };
         let expected: Decision = state.check(Timestamp::from_micros(now), cost, &quota);
-        let actual = store.check_at(&key, &quota, cost, now).await.unwrap();
+        let actual = store
+            .check_at(&key, &quota, cost, Timestamp::from_micros(now))
+            .await
+            .unwrap();
         assert_eq!(
             actual, expected,
             "{algorithm} {quota} op {op} at {now} cost {cost} (seed {seed})"
@@ -166,7 +169,10 @@ async fn interleaved_quotas_on_one_key_each_match_ratewarden_core_alone() {
                     let i = rng.random_range(0..quotas.len());
                     let cost = rng.random_range(0..=3);
                     let expected = states[i].check(now, cost, &quotas[i]);
-                    let actual = store.check_at(&key, &quotas[i], cost, now).await.unwrap();
+                    let actual = store
+                        .check_at(&key, &quotas[i], cost, Timestamp::from_micros(now))
+                        .await
+                        .unwrap();
                     assert_eq!(actual, expected, "{} op {op} (seed {seed})", quotas[i]);
                 }
             })

@@ -5,6 +5,7 @@ mod conformance;
 mod differential;
 mod scale;
 mod server;
+mod tls;
 
 use ratewarden_redis::{RedisConfig, RedisStore};
 use tests::redis_server::RedisServer;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratewarden_core::{Algorithm, Key, Quota, Store, StoreErrorKind};
+use ratewarden_core::{Algorithm, Key, Quota, Store, StoreErrorKind, Timestamp};
 use ratewarden_redis::RedisStore;
 use redis::AsyncCommands;
 use tests::redis_server::RedisServer;
@@ -220,7 +220,7 @@ async fn a_clock_stepped_back_denies_a_key_for_at_most_its_horizon() {
         let key = Key::from("stepped");
         let before = 1_700_000_000 * second;
         while store
-            .check_at(&key, &quota, 1, before)
+            .check_at(&key, &quota, 1, Timestamp::from_micros(before))
             .await
             .unwrap()
             .is_allowed()
@@ -239,7 +239,10 @@ async fn a_clock_stepped_back_denies_a_key_for_at_most_its_horizon() {
                 "{algorithm}: still denied {} ms after the step",
                 (now - start) / 1_000
             );
-            let decision = store.check_at(&key, &quota, 1, now).await.unwrap();
+            let decision = store
+                .check_at(&key, &quota, 1, Timestamp::from_micros(now))
+                .await
+                .unwrap();
             if decision.is_allowed() {
                 break;
             }
@@ -271,6 +274,24 @@ async fn unreachable_redis_is_a_connection_error_and_bad_config_is_invalid_input
 }
 
 #[tokio::test]
+async fn a_redis_error_downcasts_to_the_reexported_redis_type() {
+    // The store's `redis` is the one users name through `ratewarden_redis::redis`: a source
+    // of another version would be another type, and the downcast would find nothing.
+    let port = tests::redis_server::free_port();
+    let err = ratewarden_redis::RedisConfig::new(format!("redis://127.0.0.1:{port}"))
+        .pool(1)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    let source = std::error::Error::source(&err).unwrap();
+    let redis_error = source
+        .downcast_ref::<ratewarden_redis::redis::RedisError>()
+        .unwrap_or_else(|| panic!("not a redis::RedisError: {source:?}"));
+    assert!(redis_error.is_connection_refusal(), "{redis_error}");
+}
+
+#[tokio::test]
 async fn a_zero_deadline_or_lease_period_is_refused_when_built() {
     // Reproduced: `lease(10, Duration::ZERO)` was accepted; every check took a batch from
     // Redis and the lease ended at once, so a 100/min quota admitted 10 of 100.
@@ -294,9 +315,38 @@ async fn a_zero_deadline_or_lease_period_is_refused_when_built() {
         ),
     ] {
         let err = config.build().unwrap_err();
-        assert_eq!(err.kind(), StoreErrorKind::InvalidInput, "{setting}: {err}");
+        assert_eq!(err, ratewarden_redis::ConfigError::ZeroDuration { setting });
         assert!(err.to_string().contains(setting), "{setting}: {err}");
     }
+}
+
+#[tokio::test]
+async fn a_pool_on_a_cluster_config_is_refused_when_built() {
+    // Reproduced: `cluster(nodes).pool(n)` built a pool on the first node alone, as if it
+    // were a standalone server: every key on other nodes' slots failed with `MOVED`.
+    use ratewarden_redis::{ConfigError, RedisConfig};
+    let nodes = ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"];
+    let err = RedisConfig::cluster(nodes).pool(4).build().unwrap_err();
+    assert_eq!(err, ConfigError::PoolOnCluster);
+    // `connect` reports it as a store error, as `?` in users' code does.
+    let err = RedisConfig::cluster(nodes)
+        .pool(4)
+        .connect()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::InvalidInput, "{err}");
+    let source = std::error::Error::source(&err).unwrap();
+    assert_eq!(
+        source.downcast_ref::<ConfigError>(),
+        Some(&ConfigError::PoolOnCluster)
+    );
+    // A pool on one server still builds (nothing listens on port 1: nothing connects yet).
+    assert!(
+        RedisConfig::new("redis://127.0.0.1:1")
+            .pool(4)
+            .build()
+            .is_ok()
+    );
 }
 
 #[tokio::test]

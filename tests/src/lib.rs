@@ -319,6 +319,8 @@ pub mod redis_server {
         port: u16,
         dir: PathBuf,
         args: Vec<String>,
+        /// The certificates of a server that speaks TLS only.
+        tls: Option<TlsCerts>,
     }
 
     impl RedisServer {
@@ -349,15 +351,91 @@ pub mod redis_server {
                 port,
                 dir,
                 args,
+                tls: None,
             };
             server.wait_until_up();
             server
         }
 
-        /// `redis://127.0.0.1:PORT`.
+        /// Starts a server that speaks TLS only (`--port 0 --tls-port PORT`) on a free
+        /// loopback port, with a certificate for 127.0.0.1 signed by a CA of its own
+        /// ([`tls`](Self::tls)), and waits until it answers `PING` over TLS. Clients need no
+        /// certificate of their own.
+        ///
+        /// # Panics
+        ///
+        /// As [`start`](Self::start), and when `openssl` is missing.
+        #[must_use]
+        pub fn start_tls() -> Self {
+            Self::start_tls_with(free_port(), &["--tls-auth-clients", "no"])
+        }
+
+        /// As [`start_tls`](Self::start_tls), on `port` and with extra `redis-server`
+        /// arguments (`--tls-auth-clients yes` for mutual TLS: the client certificate of
+        /// [`tls`](Self::tls) is then the one the server admits).
+        ///
+        /// # Panics
+        ///
+        /// As [`start_tls`](Self::start_tls).
+        #[must_use]
+        pub fn start_tls_with(port: u16, args: &[&str]) -> Self {
+            let dir = std::env::temp_dir().join(format!("rl-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create the server's directory");
+            let tls = TlsCerts::generate();
+            let file = |name: &str| tls.path(name).display().to_string();
+            // Later arguments win: `--port 0` turns off the plain port `spawn` sets.
+            let mut all: Vec<String> = ["--port", "0", "--tls-port", &port.to_string()]
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            for (flag, name) in [
+                ("--tls-cert-file", "server.crt"),
+                ("--tls-key-file", "server.key"),
+                ("--tls-ca-cert-file", "ca.crt"),
+            ] {
+                all.extend([flag.to_owned(), file(name)]);
+            }
+            all.extend(args.iter().map(ToString::to_string));
+            let child = spawn(port, &dir, &all);
+            let server = Self {
+                child,
+                port,
+                dir,
+                args: all,
+                tls: Some(tls),
+            };
+            server.wait_until_up();
+            server
+        }
+
+        /// `redis://127.0.0.1:PORT`, or `rediss://` for a TLS server.
         #[must_use]
         pub fn url(&self) -> String {
-            format!("redis://127.0.0.1:{}", self.port)
+            let scheme = if self.tls.is_some() {
+                "rediss"
+            } else {
+                "redis"
+            };
+            format!("{scheme}://127.0.0.1:{}", self.port)
+        }
+
+        /// The certificates of a server started with [`start_tls`](Self::start_tls).
+        #[must_use]
+        pub const fn tls(&self) -> Option<&TlsCerts> {
+            self.tls.as_ref()
+        }
+
+        /// A client of this server (over TLS for a TLS server, trusting its CA and presenting
+        /// its client certificate).
+        ///
+        /// # Errors
+        ///
+        /// When the client cannot be built.
+        pub fn client(&self) -> redis::RedisResult<redis::Client> {
+            match &self.tls {
+                None => redis::Client::open(self.url()),
+                Some(tls) => redis::Client::build_with_tls(self.url(), tls.certificates(true)),
+            }
         }
 
         /// The server's port.
@@ -407,7 +485,7 @@ pub mod redis_server {
         ///
         /// The server's error reply, or a connection error.
         pub fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-            let client = redis::Client::open(self.url())?;
+            let client = self.client()?;
             let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
             cmd.query(&mut connection)
         }
@@ -430,11 +508,9 @@ pub mod redis_server {
         /// Runs `cmd` on a connection of its own from a thread, without waiting for it: for
         /// commands that block the server (`DEBUG SLEEP`, an endless script).
         pub fn query_in_background(&self, cmd: redis::Cmd) -> std::thread::JoinHandle<()> {
-            let url = self.url();
+            let client = self.client();
             std::thread::spawn(move || {
-                if let Ok(mut connection) =
-                    redis::Client::open(url).and_then(|c| c.get_connection())
-                {
+                if let Ok(mut connection) = client.and_then(|c| c.get_connection()) {
                     let _: redis::RedisResult<redis::Value> = cmd.query(&mut connection);
                 }
             })
@@ -442,7 +518,7 @@ pub mod redis_server {
 
         fn wait_until_up(&self) {
             let deadline = Instant::now() + Duration::from_secs(10);
-            while !ping(self.port) {
+            while !self.is_up() {
                 assert!(
                     Instant::now() < deadline,
                     "redis-server on port {} did not start",
@@ -450,6 +526,143 @@ pub mod redis_server {
                 );
                 std::thread::sleep(Duration::from_millis(20));
             }
+        }
+
+        /// Whether the server answers `PING` (or with an error, such as `NOAUTH`: it is up).
+        fn is_up(&self) -> bool {
+            if self.tls.is_none() {
+                return ping(self.port);
+            }
+            match self.query::<String>(&redis::cmd("PING")) {
+                Ok(_) => true,
+                Err(error) => error.code().is_some(),
+            }
+        }
+    }
+
+    /// A CA, a certificate for 127.0.0.1 that it signed for a server, and one for a client,
+    /// made with the `openssl` command line in a directory of their own (removed on drop).
+    #[derive(Debug)]
+    pub struct TlsCerts {
+        dir: PathBuf,
+    }
+
+    impl TlsCerts {
+        /// A new CA (EC P-256, valid for a day) and the certificates it signed.
+        ///
+        /// # Panics
+        ///
+        /// When `openssl` is missing (`scripts/test` installs it) or fails.
+        #[must_use]
+        pub fn generate() -> Self {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("rl-tls-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create the certificates' directory");
+            let certs = Self { dir };
+            let key = [
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+            ];
+            certs.openssl(
+                &[
+                    &["req", "-x509"],
+                    &key[..],
+                    &["-keyout", "ca.key", "-out", "ca.crt"],
+                ]
+                .concat(),
+                &["-days", "1", "-subj", "/CN=ratewarden test CA"],
+            );
+            for (name, usage) in [("server", "serverAuth"), ("client", "clientAuth")] {
+                let (csr, crt, key_file, ext) = (
+                    format!("{name}.csr"),
+                    format!("{name}.crt"),
+                    format!("{name}.key"),
+                    format!("{name}.ext"),
+                );
+                std::fs::write(
+                    certs.path(&ext),
+                    format!(
+                        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+                         keyUsage=digitalSignature\nextendedKeyUsage={usage}\n"
+                    ),
+                )
+                .expect("write an extensions file");
+                certs.openssl(
+                    &[&["req"], &key[..], &["-keyout", &key_file, "-out", &csr]].concat(),
+                    &["-subj", &format!("/CN=ratewarden test {name}")],
+                );
+                certs.openssl(
+                    &[
+                        "x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key",
+                    ],
+                    &[
+                        "-CAcreateserial",
+                        "-out",
+                        &crt,
+                        "-days",
+                        "1",
+                        "-extfile",
+                        &ext,
+                    ],
+                );
+            }
+            certs
+        }
+
+        fn openssl(&self, args: &[&str], more: &[&str]) {
+            let output = Command::new("openssl")
+                .args(args)
+                .args(more)
+                .current_dir(&self.dir)
+                .output()
+                .unwrap_or_else(|e| {
+                    panic!("cannot run openssl ({e}): install it (apt-get install openssl) or run scripts/test, which does")
+                });
+            assert!(
+                output.status.success(),
+                "openssl {args:?} {more:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+
+        /// The path of one of the files: `ca.crt`, `server.crt`, `server.key`, `client.crt`,
+        /// `client.key`.
+        #[must_use]
+        pub fn path(&self, name: &str) -> PathBuf {
+            self.dir.join(name)
+        }
+
+        /// The contents of one of the files (see [`path`](Self::path)).
+        ///
+        /// # Panics
+        ///
+        /// When the file cannot be read.
+        #[must_use]
+        pub fn pem(&self, name: &str) -> Vec<u8> {
+            std::fs::read(self.path(name)).expect("read a certificate")
+        }
+
+        /// The CA, and (`client`) the client certificate and key, as the `redis` crate takes
+        /// them.
+        #[must_use]
+        pub fn certificates(&self, client: bool) -> redis::TlsCertificates {
+            redis::TlsCertificates {
+                client_tls: client.then(|| redis::ClientTlsConfig {
+                    client_cert: self.pem("client.crt"),
+                    client_key: self.pem("client.key"),
+                }),
+                root_cert: Some(self.pem("ca.crt")),
+            }
+        }
+    }
+
+    impl Drop for TlsCerts {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 
@@ -855,6 +1068,17 @@ pub mod redis_server {
             }
         }
         panic!("no {count} free ports (with their cluster bus ports) below 55535")
+    }
+
+    /// A loopback port below 55535 that is free, and its cluster bus port (port + 10000) too:
+    /// for a one-node cluster.
+    ///
+    /// # Panics
+    ///
+    /// When there is none.
+    #[must_use]
+    pub fn free_cluster_port() -> u16 {
+        cluster_ports(1)[0]
     }
 
     /// A loopback port nothing listens on now (the OS picks it).

@@ -22,17 +22,31 @@ use crate::store::{Local, RedisStore};
 /// use ratewarden_redis::RedisConfig;
 /// use std::time::Duration;
 ///
-/// let config = RedisConfig::new("redis://127.0.0.1:6379")
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisConfig::new("redis://127.0.0.1:6379")
+///     .pool(16)
 ///     .prefix("api-limits")
-///     .timeout(Duration::from_millis(20));
-/// # drop(config);
+///     .connect_timeout(Duration::from_millis(500))
+///     .timeout(Duration::from_millis(20))
+///     .deny_cache(100_000)
+///     .lease(std::num::NonZeroU32::new(10).ok_or("10")?, Duration::from_millis(100))
+///     .clock_skew_warning(Duration::from_millis(250))
+///     .build()?; // connects on its first call
+/// let quota: ratewarden_core::Quota = "10/s".parse()?;
+/// let name = store.state_key(&ratewarden_core::Key::from("user-42"), &quota);
+/// assert!(name.starts_with(b"api-limits:{"));
+/// // A cluster takes no pool: refused when built, not pooled on one node.
+/// let refused = RedisConfig::cluster(["redis://127.0.0.1:7000"]).pool(4).build();
+/// assert!(matches!(refused, Err(ratewarden_redis::ConfigError::PoolOnCluster)));
+/// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct RedisConfig {
-    url: String,
-    cluster: Option<Vec<String>>,
-    pool: Option<usize>,
+    topology: Topology,
+    /// A builder step that cannot apply to the topology: [`build`](Self::build) reports it.
+    misuse: Option<ConfigError>,
     prefix: String,
     connect_timeout: Duration,
     timeout: Duration,
@@ -40,21 +54,20 @@ pub struct RedisConfig {
     deny_cache: usize,
     lease: Option<LeasePolicy>,
     hot_keys: HotKeys,
+    /// The CA and client certificates given for TLS (none by default).
+    #[cfg(feature = "tls-rustls")]
+    tls: redis::TlsCertificates,
 }
 
 impl RedisConfig {
     /// Redis at `url` (`redis://host:port/db`), key prefix `rl`, a deadline of 50 ms per call,
     /// connect timeout 1 s.
     ///
-    /// ```
-    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:6379");
-    /// # drop(config);
-    /// ```
+    /// See the example on [`RedisConfig`].
     pub fn new(url: impl Into<String>) -> Self {
         Self {
-            url: url.into(),
-            cluster: None,
-            pool: None,
+            topology: Topology::Single { url: url.into() },
+            misuse: None,
             prefix: "rl".to_owned(),
             connect_timeout: Duration::from_secs(1),
             timeout: DEFAULT_TIMEOUT,
@@ -62,6 +75,11 @@ impl RedisConfig {
             lease: None,
             hot_keys: HotKeys::default(),
             skew_warning: Duration::from_millis(100),
+            #[cfg(feature = "tls-rustls")]
+            tls: redis::TlsCertificates {
+                client_tls: None,
+                root_cert: None,
+            },
         }
     }
 
@@ -69,18 +87,13 @@ impl RedisConfig {
     /// state lives on the node owning its hash tag; `MOVED` and `ASK` redirections and failovers
     /// are followed by the client.
     ///
-    /// ```
-    /// let config = ratewarden_redis::RedisConfig::cluster([
-    ///     "redis://10.0.0.1:7000",
-    ///     "redis://10.0.0.2:7000",
-    /// ]);
-    /// # drop(config);
-    /// ```
+    /// See the example on [`RedisConfig`].
     pub fn cluster<I: IntoIterator<Item = S>, S: Into<String>>(nodes: I) -> Self {
-        let nodes: Vec<String> = nodes.into_iter().map(Into::into).collect();
         Self {
-            cluster: Some(nodes.clone()),
-            ..Self::new(nodes.first().cloned().unwrap_or_default())
+            topology: Topology::Cluster {
+                nodes: nodes.into_iter().map(Into::into).collect(),
+            },
+            ..Self::new("")
         }
     }
 
@@ -89,23 +102,29 @@ impl RedisConfig {
     /// faster: every checkout from the pool costs a round trip of its own (deadpool pings a
     /// connection before handing it out). A pool isolates slow scripts from one another, and
     /// its checkouts count against the call's [deadline](Self::timeout); creating and recycling a connection at
-    /// most the connect timeout.
+    /// most the connect timeout. A `max_size` of 0 is taken as 1.
     ///
-    /// ```
-    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:6379").pool(16);
-    /// # drop(config);
-    /// ```
-    pub const fn pool(mut self, max_size: usize) -> Self {
-        self.pool = Some(max_size);
+    /// A pool is for one server: on a [cluster](Self::cluster) config, where the cluster
+    /// client keeps a multiplexed connection per node, [`build`](Self::build) refuses it
+    /// ([`ConfigError::PoolOnCluster`]) rather than pool the first node alone.
+    ///
+    /// See the example on [`RedisConfig`].
+    pub fn pool(mut self, max_size: usize) -> Self {
+        self.topology = match self.topology {
+            Topology::Single { url } | Topology::Pool { url, .. } => {
+                Topology::Pool { url, max_size }
+            }
+            cluster @ Topology::Cluster { .. } => {
+                self.misuse.get_or_insert(ConfigError::PoolOnCluster);
+                cluster
+            }
+        };
         self
     }
 
     /// The prefix of every key (default `rl`): 1 to 32 bytes without `{`, `}` or whitespace.
     ///
-    /// ```
-    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1").prefix("tenant-a");
-    /// # drop(config);
-    /// ```
+    /// See the example on [`RedisConfig`].
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -114,12 +133,7 @@ impl RedisConfig {
     /// How long one attempt to open a connection may take (default 1 s). A call never waits
     /// past its [deadline](Self::timeout) for it: the attempt goes on for the calls after.
     ///
-    /// ```
-    /// use std::time::Duration;
-    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1")
-    ///     .connect_timeout(Duration::from_millis(250));
-    /// # drop(config);
-    /// ```
+    /// See the example on [`RedisConfig`].
     pub const fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -131,12 +145,7 @@ impl RedisConfig {
     /// answers. Redis answers a healthy check in well under a millisecond; the deadline is for
     /// a Redis that is stopped, paused, busy or unreachable.
     ///
-    /// ```
-    /// use std::time::Duration;
-    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1")
-    ///     .timeout(Duration::from_millis(20));
-    /// # drop(config);
-    /// ```
+    /// See the example on [`RedisConfig`].
     pub const fn timeout(mut self, deadline: Duration) -> Self {
         self.timeout = deadline;
         self
@@ -147,10 +156,7 @@ impl RedisConfig {
     /// the denial's retry time: a blocked key, however hot, costs Redis one call per retry
     /// period instead of one per request. Never admits more: see the crate docs.
     ///
-    /// ```
-    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1").deny_cache(10_000);
-    /// # drop(config);
-    /// ```
+    /// See the example on [`RedisConfig`].
     pub const fn deny_cache(mut self, max_keys: usize) -> Self {
         self.deny_cache = max_keys;
         self
@@ -164,13 +170,7 @@ impl RedisConfig {
     /// `min(rate × period, gateways × batch)` more than the quota (the crate docs derive it);
     /// tokens unspent at the end of a period are forgotten.
     ///
-    /// ```
-    /// use std::num::NonZeroU32;
-    /// use std::time::Duration;
-    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1")
-    ///     .lease(NonZeroU32::new(10).unwrap(), Duration::from_millis(100));
-    /// # drop(config);
-    /// ```
+    /// See the example on [`RedisConfig`].
     pub const fn lease(mut self, batch: NonZeroU32, period: Duration) -> Self {
         self.lease = Some(LeasePolicy { batch, period });
         self
@@ -178,15 +178,46 @@ impl RedisConfig {
 
     /// Splits hot keys over sub-counters (default: never); see [`HotKeys`].
     ///
-    /// ```
-    /// use ratewarden_redis::{HotKeys, RedisConfig};
-    /// use std::num::NonZeroU32;
-    /// let config = RedisConfig::new("redis://127.0.0.1")
-    ///     .hot_keys(HotKeys::adaptive(1_000, NonZeroU32::new(16).unwrap()));
-    /// # drop(config);
-    /// ```
+    /// See the example on [`RedisConfig`].
     pub const fn hot_keys(mut self, hot_keys: HotKeys) -> Self {
         self.hot_keys = hot_keys;
+        self
+    }
+
+    /// Trusts the CA certificates in `pem` (one or more, PEM-encoded) for `rediss://`
+    /// connections, instead of the default roots (the operating system's, or with the
+    /// `tls-rustls-webpki-roots` feature Mozilla's): for a Redis whose certificate an internal,
+    /// self-signed CA signed. Applies to the single connection, the pool and every cluster
+    /// node alike; every URL must then be `rediss://`.
+    ///
+    /// A `rediss://` URL needs no CA here when a default root signed the server's certificate.
+    /// The certificate is read when the store is [built](Self::build), so a malformed one is an
+    /// error there, not at the first check.
+    ///
+    /// See the example on [`RedisConfig`].
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_ca_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_cert = Some(pem.into());
+        self
+    }
+
+    /// Presents the certificate chain `cert_pem` and its private key `key_pem` (both PEM) to
+    /// Redis: mutual TLS, for a Redis run with `tls-auth-clients yes`. Applies to the single
+    /// connection, the pool and every cluster node alike; every URL must then be `rediss://`.
+    ///
+    /// See the example on [`RedisConfig`].
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client_tls = Some(redis::ClientTlsConfig {
+            client_cert: cert_pem.into(),
+            client_key: key_pem.into(),
+        });
         self
     }
 
@@ -194,12 +225,7 @@ impl RedisConfig {
     /// [`RedisStore::measure_clock_skew`] logs a warning (default 100 ms). The store's
     /// decisions never depend on this host's clock; other parts of the service may.
     ///
-    /// ```
-    /// use std::time::Duration;
-    /// let config = ratewarden_redis::RedisConfig::new("redis://127.0.0.1")
-    ///     .clock_skew_warning(Duration::from_millis(50));
-    /// # drop(config);
-    /// ```
+    /// See the example on [`RedisConfig`].
     pub const fn clock_skew_warning(mut self, threshold: Duration) -> Self {
         self.skew_warning = threshold;
         self
@@ -217,7 +243,8 @@ impl RedisConfig {
     /// ```no_run
     /// # async fn demo() -> Result<(), ratewarden_core::StoreError> {
     /// let store = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:6379").connect().await?;
-    /// # drop(store); Ok(()) }
+    /// assert!(store.split_keys().is_empty());
+    /// # Ok(()) }
     /// ```
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
         let store = self.build()?;
@@ -232,20 +259,23 @@ impl RedisConfig {
     ///
     /// # Errors
     ///
-    /// A [`StoreError`] of kind [`InvalidInput`](StoreErrorKind::InvalidInput), with a
-    /// [`ConfigError`] as its source, for a bad URL or prefix, a zero timeout, lease period or hot-key hold,
-    /// or when called outside a Tokio runtime.
+    /// A [`ConfigError`] for a bad URL, prefix or certificate, a zero timeout, lease period or
+    /// hot-key hold, a [pool](Self::pool) on a cluster, or when called outside a Tokio runtime.
+    /// It converts into a [`StoreError`] of kind
+    /// [`InvalidInput`](StoreErrorKind::InvalidInput) for `?`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), ratewarden_core::StoreError> {
+    /// # async fn main() -> Result<(), ratewarden_redis::ConfigError> {
     /// // Nothing listens on port 1: building still succeeds.
     /// let store = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:1").build()?;
-    /// # drop(store); Ok(()) }
+    /// assert!(store.split_keys().is_empty());
+    /// # Ok(()) }
     /// ```
-    pub fn build(self) -> Result<RedisStore, StoreError> {
-        let invalid =
-            |error: ConfigError| StoreError::with_source(StoreErrorKind::InvalidInput, error);
+    pub fn build(self) -> Result<RedisStore, ConfigError> {
+        if let Some(misuse) = self.misuse {
+            return Err(misuse);
+        }
         let prefix_ok = !self.prefix.is_empty()
             && self.prefix.len() <= MAX_PREFIX_LEN
             && !self
@@ -253,9 +283,9 @@ impl RedisConfig {
                 .bytes()
                 .any(|b| b == b'{' || b == b'}' || b.is_ascii_whitespace() || b.is_ascii_control());
         if !prefix_ok {
-            return Err(invalid(ConfigError::InvalidPrefix {
+            return Err(ConfigError::InvalidPrefix {
                 prefix: self.prefix,
-            }));
+            });
         }
         let zero = [
             ("timeout", self.timeout),
@@ -272,45 +302,12 @@ impl RedisConfig {
         .into_iter()
         .find(|(_, duration)| duration.is_zero());
         if let Some((setting, _)) = zero {
-            return Err(invalid(ConfigError::ZeroDuration { setting }));
+            return Err(ConfigError::ZeroDuration { setting });
         }
         if tokio::runtime::Handle::try_current().is_err() {
-            return Err(invalid(ConfigError::NoRuntime));
+            return Err(ConfigError::NoRuntime);
         }
-        let bad_url = |e: &dyn fmt::Display| {
-            invalid(ConfigError::InvalidUrl {
-                url: self.url.clone(),
-                reason: e.to_string(),
-            })
-        };
-        let connection = if let Some(max_size) = self.pool {
-            let mut config = deadpool_redis::Config::from_url(self.url.clone());
-            let mut pool = deadpool_redis::PoolConfig::new(max_size.max(1));
-            pool.timeouts.wait = Some(self.timeout);
-            pool.timeouts.create = Some(self.connect_timeout);
-            pool.timeouts.recycle = Some(self.connect_timeout);
-            config.pool = Some(pool);
-            let pool = config
-                .create_pool(Some(deadpool_redis::Runtime::Tokio1))
-                .map_err(|e| bad_url(&e))?;
-            Connection::Pool(pool)
-        } else if let Some(nodes) = &self.cluster {
-            let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
-                .connection_timeout(self.connect_timeout)
-                .response_timeout(self.timeout)
-                .build()
-                .map_err(|e| bad_url(&e))?;
-            Connection::Cluster(Arc::new(LazyCluster::new(client)))
-        } else {
-            let client = redis::Client::open(self.url.as_str()).map_err(|e| bad_url(&e))?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.connect_timeout))
-                .set_response_timeout(Some(self.timeout))
-                .set_number_of_retries(1);
-            Connection::Single(Arc::new(
-                Single::new(client, config).map_err(|e| bad_url(&e))?,
-            ))
-        };
+        let connection = self.connection()?;
         let local = Local {
             clock: MonotonicClock::new(),
             deny: DenyCache::new(self.deny_cache),
@@ -329,13 +326,187 @@ impl RedisConfig {
     }
 }
 
+impl RedisConfig {
+    /// The connection, or pool, or cluster client: nothing connects yet.
+    fn connection(&self) -> Result<Connection, ConfigError> {
+        #[cfg(feature = "tls-rustls")]
+        if self.uses_tls() {
+            install_crypto_provider();
+        }
+        match &self.topology {
+            Topology::Single { url } => {
+                let client = self.client(url)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.connect_timeout))
+                    .set_response_timeout(Some(self.timeout))
+                    .set_number_of_retries(1);
+                let single = Single::new(client, config).map_err(|e| invalid_url(url, &e))?;
+                Ok(Connection::Single(Arc::new(single)))
+            }
+            Topology::Pool { url, max_size } => {
+                let client = self.client(url)?;
+                // The client's connection info carries its TLS certificates into the pool.
+                let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
+                    .map_err(|e| invalid_url(url, &e))?;
+                let mut pool = deadpool_redis::PoolConfig::new((*max_size).max(1));
+                pool.timeouts.wait = Some(self.timeout);
+                pool.timeouts.create = Some(self.connect_timeout);
+                pool.timeouts.recycle = Some(self.connect_timeout);
+                let pool = deadpool_redis::Pool::builder(manager)
+                    .config(pool)
+                    .runtime(deadpool_redis::Runtime::Tokio1)
+                    .build()
+                    .map_err(|e| invalid_url(url, &e))?;
+                Ok(Connection::Pool(pool))
+            }
+            Topology::Cluster { nodes } => {
+                for node in nodes {
+                    self.client(node)?;
+                }
+                let builder = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                    .connection_timeout(self.connect_timeout)
+                    .response_timeout(self.timeout);
+                #[cfg(feature = "tls-rustls")]
+                let builder = if self.has_tls_certs() {
+                    builder.certs(self.tls.clone())
+                } else {
+                    builder
+                };
+                let client = builder
+                    .build()
+                    .map_err(|e| invalid_url(nodes.first().map_or("", String::as_str), &e))?;
+                Ok(Connection::Cluster(Arc::new(LazyCluster::new(client))))
+            }
+        }
+    }
+
+    /// A client of `url`, with the TLS certificates given, if any (which need a `rediss://`
+    /// URL, and are read here).
+    fn client(&self, url: &str) -> Result<redis::Client, ConfigError> {
+        let client = redis::Client::open(url).map_err(|e| invalid_url(url, &e))?;
+        #[cfg(feature = "tls-rustls")]
+        if self.has_tls_certs() {
+            if !matches!(
+                client.get_connection_info().addr(),
+                redis::ConnectionAddr::TcpTls { .. }
+            ) {
+                return Err(invalid_url(
+                    url,
+                    &"TLS certificates are given: use rediss://",
+                ));
+            }
+            self.check_tls_certs()?;
+            return redis::Client::build_with_tls(
+                client.get_connection_info().clone(),
+                self.tls.clone(),
+            )
+            .map_err(|e| ConfigError::InvalidCertificate {
+                reason: e.to_string(),
+            });
+        }
+        Ok(client)
+    }
+
+    /// Every certificate given holds at least one certificate (the `redis` crate takes a PEM
+    /// without any for an empty list: no server, or no client, would pass).
+    #[cfg(feature = "tls-rustls")]
+    fn check_tls_certs(&self) -> Result<(), ConfigError> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject as _;
+        let given = [
+            ("CA", self.tls.root_cert.as_deref()),
+            (
+                "client",
+                self.tls
+                    .client_tls
+                    .as_ref()
+                    .map(|c| c.client_cert.as_slice()),
+            ),
+        ];
+        for (which, pem) in given {
+            let Some(pem) = pem else { continue };
+            let mut count = 0;
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                cert.map_err(|e| ConfigError::InvalidCertificate {
+                    reason: format!("the {which} certificate: {e}"),
+                })?;
+                count += 1;
+            }
+            if count == 0 {
+                return Err(ConfigError::InvalidCertificate {
+                    reason: format!("no PEM certificate in the {which} certificate given"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a CA or client certificate was given.
+    #[cfg(feature = "tls-rustls")]
+    const fn has_tls_certs(&self) -> bool {
+        self.tls.root_cert.is_some() || self.tls.client_tls.is_some()
+    }
+
+    /// Whether any connection will be TLS.
+    #[cfg(feature = "tls-rustls")]
+    fn uses_tls(&self) -> bool {
+        let rediss = |url: &str| {
+            url.get(..9)
+                .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+        };
+        self.has_tls_certs() || self.topology.urls().iter().any(|url| rediss(url))
+    }
+}
+
+/// Where Redis is, and how the store talks to it: one of three, so that no combination of
+/// settings means something else than it says.
+#[derive(Clone, Debug)]
+enum Topology {
+    /// One server, over one multiplexed connection that reconnects by itself (the default).
+    Single { url: String },
+    /// One server, over a `deadpool-redis` pool of up to `max_size` connections.
+    Pool { url: String, max_size: usize },
+    /// A Redis Cluster, reached through any of `nodes`; the cluster client keeps one
+    /// multiplexed connection per node.
+    Cluster { nodes: Vec<String> },
+}
+
+impl Topology {
+    /// The URLs given.
+    #[cfg(feature = "tls-rustls")]
+    fn urls(&self) -> &[String] {
+        match self {
+            Self::Single { url } | Self::Pool { url, .. } => std::slice::from_ref(url),
+            Self::Cluster { nodes } => nodes,
+        }
+    }
+}
+
+/// Makes ring rustls's process-wide crypto provider, unless the process chose one: rustls
+/// cannot pick one by itself when the build enables more than one (another dependency of the
+/// application may enable aws-lc-rs), and would then fail at the first connection.
+#[cfg(feature = "tls-rustls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one meanwhile, which will do as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+fn invalid_url(url: &str, reason: &dyn fmt::Display) -> ConfigError {
+    ConfigError::InvalidUrl {
+        url: url.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
 /// The default deadline of a call: see [`RedisConfig::timeout`].
 const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// The default size of the denied-key cache: see [`RedisConfig::deny_cache`].
 const DEFAULT_DENY_CACHE: usize = 100_000;
 
-/// A configuration that cannot work; the source of an
+/// A configuration that cannot work: the error of [`RedisConfig::build`], and the source of an
 /// [`InvalidInput`](StoreErrorKind::InvalidInput) error from [`RedisConfig::connect`].
 ///
 /// ```
@@ -352,6 +523,14 @@ pub enum ConfigError {
         /// Why it is invalid.
         reason: String,
     },
+    /// A TLS certificate or key given to [`RedisConfig::tls_ca_cert`] or
+    /// [`RedisConfig::tls_client_cert`] could not be read.
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    InvalidCertificate {
+        /// Why it could not be read.
+        reason: String,
+    },
     /// The key prefix is empty, too long, or holds a brace or whitespace.
     InvalidPrefix {
         /// The prefix given.
@@ -359,6 +538,9 @@ pub enum ConfigError {
     },
     /// [`RedisConfig::build`] was called outside a Tokio runtime.
     NoRuntime,
+    /// [`RedisConfig::pool`] on a [cluster](RedisConfig::cluster) config: a pool is for one
+    /// server, and the cluster client keeps a connection per node of its own.
+    PoolOnCluster,
     /// A duration that must be above zero is zero: the `timeout` (every call would fail),
     /// the `connect_timeout`, the `lease period` (every check would take a batch and forget
     /// it at once) or the `hot-key hold` (a split would end as it starts).
@@ -376,10 +558,31 @@ impl fmt::Display for ConfigError {
                 f,
                 "invalid key prefix {prefix:?}: use 1 to 32 bytes without braces or whitespace"
             ),
+            #[cfg(feature = "tls-rustls")]
+            Self::InvalidCertificate { reason } => write!(f, "invalid TLS certificate: {reason}"),
             Self::NoRuntime => f.write_str("build the Redis store from within a Tokio runtime"),
+            Self::PoolOnCluster => f.write_str(
+                "a pool is for one Redis server: a cluster config takes no pool (the cluster client keeps a connection per node)",
+            ),
             Self::ZeroDuration { setting } => write!(f, "the {setting} must be above zero"),
         }
     }
 }
 
 impl std::error::Error for ConfigError {}
+
+/// A configuration error as a [`StoreError`] of kind
+/// [`InvalidInput`](StoreErrorKind::InvalidInput) (with the configuration error as its source),
+/// for `?` in a function that returns [`StoreError`]s.
+///
+/// ```
+/// use ratewarden_core::{StoreError, StoreErrorKind};
+///
+/// let err = StoreError::from(ratewarden_redis::ConfigError::NoRuntime);
+/// assert_eq!(err.kind(), StoreErrorKind::InvalidInput);
+/// ```
+impl From<ConfigError> for StoreError {
+    fn from(error: ConfigError) -> Self {
+        Self::with_source(StoreErrorKind::InvalidInput, error)
+    }
+}

@@ -154,7 +154,7 @@ impl Single {
         }
         match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
             Ok(manager) => *current = (generation + 1, manager),
-            Err(error) => tracing::warn!(%error, "could not replace a connection to a replica"),
+            Err(error) => crate::log::replica_not_replaced(&error),
         }
     }
 }

@@ -7,123 +7,108 @@
 //! `t + r`, where `t` is when the reply arrived here, which is after `T`: it answers "denied"
 //! at most one network trip longer than Redis would, and never "allowed".
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use ratewarden_core::{Decision, Info, Key, Quota, Timestamp};
 
-use dashmap::DashMap;
-use foldhash::fast::RandomState;
-use ratewarden_core::{Decision, Info, Key, Quota};
+use crate::per_key::{Expiring, PerKey};
+use crate::time::between;
 
-/// How often a full cache may be swept for expired entries.
-const SWEEP_EVERY_NANOS: u64 = 100_000_000;
-
-/// Whether a full map may be swept at `now` (at most once per 100 ms, by one caller): a flood
-/// of new keys must not turn every insert into a scan.
-pub(crate) fn sweep_due(last_sweep: &AtomicU64, now: u64) -> bool {
-    let last = last_sweep.load(Ordering::Relaxed);
-    now.saturating_sub(last) >= SWEEP_EVERY_NANOS
-        && last_sweep
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-}
-
-/// One denial: which quota and cost it was for, and until when it stands (local nanoseconds).
+/// One denial: which quota and cost it was for, and until when it stands (this gateway's clock).
 /// For a split key it covers the whole key, whichever part denied: a client told to retry
 /// after `t` is not admitted by another part before `t`.
 #[derive(Debug)]
 struct Denial {
     quota: Quota,
     cost: u32,
-    until: u64,
+    until: Timestamp,
     limit: u64,
-    reset_at: u64,
+    reset_at: Timestamp,
+}
+
+impl Expiring for Denial {
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn expires(&self) -> Timestamp {
+        self.until
+    }
 }
 
 /// Denials by key and quota, bounded by `max_keys`.
 #[derive(Debug)]
 pub(crate) struct DenyCache {
-    /// By key, one denial per quota (almost always one in all): looked up by `&Key`, with no
-    /// copy of the key per check.
-    map: DashMap<Key, Vec<Denial>, RandomState>,
-    max_keys: usize,
-    last_sweep: AtomicU64,
+    denials: PerKey<Denial>,
+    off: bool,
 }
 
 impl DenyCache {
     pub(crate) fn new(max_keys: usize) -> Self {
         Self {
-            map: DashMap::with_hasher(RandomState::default()),
-            max_keys,
-            last_sweep: AtomicU64::new(0),
+            denials: PerKey::new(max_keys),
+            off: max_keys == 0,
         }
     }
 
     /// The cached denial of `cost` for `key` under `quota` at `now`, if one stands.
-    pub(crate) fn get(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
-        let denials = self.map.get(key)?;
-        let denial = denials.iter().find(|d| d.quota == *quota)?;
-        if cost < denial.cost || now >= denial.until {
-            return None;
-        }
-        let nanos = |at: u64| Duration::from_nanos(at.saturating_sub(now));
-        Some(Decision::Denied(Info::new(
-            denial.limit,
-            0,
-            nanos(denial.reset_at),
-            nanos(denial.until),
-        )))
+    pub(crate) fn get(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        now: Timestamp,
+    ) -> Option<Decision> {
+        self.denials
+            .read(key, quota, |denial| {
+                (cost >= denial.cost && now < denial.until).then(|| {
+                    Decision::Denied(Info::new(
+                        denial.limit,
+                        0,
+                        between(now, denial.reset_at),
+                        between(now, denial.until),
+                    ))
+                })
+            })
+            .flatten()
     }
 
     /// Remembers that Redis denied `cost` for `key` under `quota` with `info`, the reply
     /// having arrived at `now`. A full cache first drops expired denials (at most every 100
     /// ms); still full, it remembers nothing (which costs round trips, never accuracy).
-    pub(crate) fn insert(&self, key: &Key, quota: Quota, cost: u32, info: &Info, now: u64) {
-        if self.max_keys == 0 || info.retry_after().is_zero() {
+    pub(crate) fn insert(&self, key: &Key, quota: Quota, cost: u32, info: &Info, now: Timestamp) {
+        if self.off || info.retry_after().is_zero() {
             return;
         }
-        if self.map.len() >= self.max_keys && !self.map.contains_key(key) {
-            if !sweep_due(&self.last_sweep, now) {
-                return;
-            }
-            self.map
-                .retain(|_, denials| denials.iter().any(|denial| denial.until > now));
-            if self.map.len() >= self.max_keys {
-                return;
-            }
-        }
-        let after =
-            |d: Duration| now.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let denial = Denial {
             quota,
             cost,
-            until: after(info.retry_after()),
+            until: now.saturating_add(info.retry_after()),
             limit: info.limit(),
-            reset_at: after(info.reset_after()),
+            reset_at: now.saturating_add(info.reset_after()),
         };
-        let mut denials = self.map.entry(key.clone()).or_default();
-        denials.retain(|d| d.quota != quota && d.until > now);
-        denials.push(denial);
+        self.denials.insert(key, denial, now);
     }
 
     /// Forgets every denial of `key` (after a reset).
     pub(crate) fn remove(&self, key: &Key) {
-        self.map.remove(key);
+        self.denials.remove(key);
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.denials.len()
     }
 
     /// Whether the cache is off (`max_keys` 0): then it never holds anything.
     pub(crate) const fn is_off(&self) -> bool {
-        self.max_keys == 0
+        self.off
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::per_key::SWEEP_EVERY;
+    use std::time::Duration;
 
     fn info(retry_ms: u64) -> Info {
         Info::new(
@@ -139,21 +124,22 @@ mod tests {
         let cache = DenyCache::new(10);
         let quota = Quota::per_second(5).unwrap();
         let key = Key::from(1_u64);
-        cache.insert(&key, quota, 2, &info(100), 1_000);
-        let hit = cache.get(&key, &quota, 2, 1_000).expect("cached");
+        let at = Timestamp::from_nanos;
+        cache.insert(&key, quota, 2, &info(100), at(1_000));
+        let hit = cache.get(&key, &quota, 2, at(1_000)).expect("cached");
         assert_eq!(hit.info().retry_after(), Duration::from_millis(100));
-        assert!(cache.get(&key, &quota, 3, 50_000_000).is_some());
-        let later = cache.get(&key, &quota, 2, 50_001_000).unwrap();
+        assert!(cache.get(&key, &quota, 3, at(50_000_000)).is_some());
+        let later = cache.get(&key, &quota, 2, at(50_001_000)).unwrap();
         assert_eq!(later.info().retry_after(), Duration::from_millis(50));
         // A smaller cost may fit sooner; another quota is another limit; the time passes.
-        assert!(cache.get(&key, &quota, 1, 1_000).is_none());
+        assert!(cache.get(&key, &quota, 1, at(1_000)).is_none());
         let other = Quota::per_second(6).unwrap();
-        assert!(cache.get(&key, &other, 2, 1_000).is_none());
-        assert!(cache.get(&key, &quota, 2, 100_001_000).is_none());
+        assert!(cache.get(&key, &other, 2, at(1_000)).is_none());
+        assert!(cache.get(&key, &quota, 2, at(100_001_000)).is_none());
         // Quotas are remembered side by side.
-        cache.insert(&key, other, 1, &info(100), 1_000);
-        assert!(cache.get(&key, &quota, 2, 1_000).is_some());
-        assert!(cache.get(&key, &other, 1, 1_000).is_some());
+        cache.insert(&key, other, 1, &info(100), at(1_000));
+        assert!(cache.get(&key, &quota, 2, at(1_000)).is_some());
+        assert!(cache.get(&key, &other, 1, at(1_000)).is_some());
         assert_eq!(cache.len(), 1);
     }
 
@@ -161,16 +147,17 @@ mod tests {
     fn a_full_cache_sweeps_expired_denials_and_otherwise_declines() {
         let cache = DenyCache::new(2);
         let quota = Quota::per_second(5).unwrap();
-        let now = SWEEP_EVERY_NANOS;
+        let now = Timestamp::from_nanos(0).saturating_add(SWEEP_EVERY);
         let key = |n: u64| Key::from(n);
         cache.insert(&key(1), quota, 1, &info(1), now);
         cache.insert(&key(2), quota, 1, &info(1_000), now);
         // Full, and nothing expired yet: the third is not remembered.
-        cache.insert(&key(3), quota, 1, &info(1_000), now + 1);
+        let soon = now.saturating_add(Duration::from_nanos(1));
+        cache.insert(&key(3), quota, 1, &info(1_000), soon);
         assert_eq!(cache.len(), 2);
-        assert!(cache.get(&key(3), &quota, 1, now + 1).is_none());
+        assert!(cache.get(&key(3), &quota, 1, soon).is_none());
         // Later, the first has expired: a sweep makes room.
-        let later = now + 2 * SWEEP_EVERY_NANOS;
+        let later = now.saturating_add(2 * SWEEP_EVERY);
         cache.insert(&key(3), quota, 1, &info(1_000), later);
         assert_eq!(cache.len(), 2);
         assert!(cache.get(&key(3), &quota, 1, later).is_some());

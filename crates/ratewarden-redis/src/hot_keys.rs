@@ -5,16 +5,15 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use dashmap::DashMap;
 use foldhash::fast::RandomState;
-use ratewarden_core::{Algorithm, Key, Quota};
+use ratewarden_core::{Algorithm, Key, Quota, Timestamp};
 
-use crate::deny_cache::sweep_due;
+use crate::per_key::{Expiring, PerKey};
 use crate::script::Counter;
+use crate::time::between;
 
 /// The most sub-counters a key is split into.
 pub const MAX_PARTS: u32 = 64;
@@ -28,7 +27,8 @@ pub const MAX_SPLIT_KEYS: usize = 4_096;
 /// than `1 / TRACKED` of the window's checks is among them).
 const TRACKED: usize = 128;
 
-const WINDOW_NANOS: u64 = 1_000_000_000;
+/// The window the rate tracker counts checks in.
+const WINDOW: Duration = Duration::from_secs(1);
 
 /// Whether and how a [`RedisStore`](crate::RedisStore) splits hot keys; see
 /// [`RedisConfig::hot_keys`](crate::RedisConfig::hot_keys).
@@ -185,22 +185,33 @@ impl HotKeys {
 }
 
 /// A split this gateway knows of, from Redis: until when it stands, and until when each part
-/// is known to be spent (local nanoseconds).
+/// is known to be spent (this gateway's clock).
 #[derive(Clone, Debug)]
 struct Known {
     quota: Quota,
     parts: u32,
-    epoch: u64,
-    until: u64,
-    spent_until: Box<[u64]>,
+    /// When Redis made the split (Redis's clock): its parts' names carry it.
+    epoch: Timestamp,
+    until: Timestamp,
+    spent_until: Box<[Timestamp]>,
 }
 
-/// This gateway's view of hot keys: which are split, and (adaptive) how often each is checked.
+impl Expiring for Known {
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn expires(&self) -> Timestamp {
+        self.until
+    }
+}
+
+/// This gateway's view of hot keys: which are split (at most [`MAX_SPLIT_KEYS`]), and
+/// (adaptive) how often each is checked.
 #[derive(Debug)]
 pub(crate) struct HotKeyState {
     config: HotKeys,
-    splits: DashMap<Key, Vec<Known>, RandomState>,
-    last_sweep: AtomicU64,
+    splits: PerKey<Known>,
     tracker: Mutex<Tracker>,
 }
 
@@ -215,8 +226,7 @@ impl HotKeyState {
     pub(crate) fn new(config: HotKeys) -> Self {
         Self {
             config,
-            splits: DashMap::with_hasher(RandomState::default()),
-            last_sweep: AtomicU64::new(0),
+            splits: PerKey::new(MAX_SPLIT_KEYS),
             tracker: Mutex::new(Tracker::default()),
         }
     }
@@ -227,7 +237,7 @@ impl HotKeyState {
 
     /// The counter a check of `key` under `quota` goes to at `now`: a random part of a static
     /// split, or of an adaptive split this gateway knows of; else the key's own.
-    pub(crate) fn route(&self, key: &Key, quota: &Quota, now: u64) -> Route {
+    pub(crate) fn route(&self, key: &Key, quota: &Quota, now: Timestamp) -> Route {
         let whole = Route {
             counter: Counter::Whole,
             keep_for: Duration::ZERO,
@@ -257,17 +267,15 @@ impl HotKeyState {
         &self,
         key: &Key,
         quota: &Quota,
-        now: u64,
+        now: Timestamp,
         f: impl FnOnce(&mut Known) -> R,
     ) -> Option<R> {
-        let mut splits = self.splits.get_mut(key)?;
-        splits
-            .iter_mut()
-            .find(|known| known.quota == *quota && known.until > now)
-            .map(f)
+        self.splits
+            .update(key, quota, |known| (known.until > now).then(|| f(known)))
+            .flatten()
     }
 
-    fn known_until(&self, key: &Key, quota: &Quota, now: u64) -> Option<u64> {
+    fn known_until(&self, key: &Key, quota: &Quota, now: Timestamp) -> Option<Timestamp> {
         self.with_known(key, quota, now, |known| known.until)
     }
 
@@ -278,8 +286,8 @@ impl HotKeyState {
         &self,
         key: &Key,
         quota: &Quota,
-        (index, room_at): (u32, u64),
-        now: u64,
+        (index, room_at): (u32, Timestamp),
+        now: Timestamp,
     ) -> Option<Route> {
         self.with_known(key, quota, now, |known| {
             if let Some(spent) = known.spent_until.get_mut(index as usize) {
@@ -290,8 +298,8 @@ impl HotKeyState {
         .flatten()
     }
 
-    /// When the first part of `key`'s split may have room again (local nanoseconds).
-    pub(crate) fn room_at(&self, key: &Key, quota: &Quota, now: u64) -> Option<u64> {
+    /// When the first part of `key`'s split may have room again (this gateway's clock).
+    pub(crate) fn room_at(&self, key: &Key, quota: &Quota, now: Timestamp) -> Option<Timestamp> {
         self.with_known(key, quota, now, |known| {
             known.spent_until.iter().copied().min().unwrap_or(now)
         })
@@ -300,7 +308,7 @@ impl HotKeyState {
     /// Counts a check of `key` (adaptive mode); whether this gateway should split the key (or
     /// renew its split) now: its exact count this second is over the threshold, and no split
     /// it knows of lasts more than half the hold.
-    pub(crate) fn wants_split(&self, key: &Key, quota: &Quota, now: u64) -> Option<SplitAsk> {
+    pub(crate) fn wants_split(&self, key: &Key, quota: &Quota, now: Timestamp) -> Option<SplitAsk> {
         let Mode::Adaptive {
             threshold,
             parts,
@@ -320,14 +328,13 @@ impl HotKeyState {
         if guaranteed <= u64::from(threshold) {
             return None;
         }
-        let hold_nanos = u64::try_from(hold.as_nanos()).unwrap_or(u64::MAX);
         let lasting = self
             .known_until(key, quota, now)
-            .is_some_and(|until| until - now >= hold_nanos / 2);
+            .is_some_and(|until| between(now, until) >= hold / 2);
         (!lasting).then_some(SplitAsk { parts, hold })
     }
 
-    /// Records a split Redis reported in answer to a call sent at `sent` (local nanoseconds):
+    /// Records a split Redis reported in answer to a call sent at `sent` (this gateway's clock):
     /// it stands for `remaining` from when Redis answered, so certainly until `sent +
     /// remaining` here. Past [`MAX_SPLIT_KEYS`], not recorded (the key is then split all the
     /// same, learnt anew on each check). Returns whether the split (its epoch) is new here.
@@ -335,34 +342,22 @@ impl HotKeyState {
         &self,
         key: &Key,
         quota: Quota,
-        split: (u32, u64),
+        split: (u32, Timestamp),
         remaining: Duration,
-        sent: u64,
+        sent: Timestamp,
     ) -> bool {
         let (parts, epoch) = split;
-        let new = self
-            .splits
-            .get(key)
-            .is_none_or(|known| !known.iter().any(|k| k.quota == quota && k.epoch == epoch));
-        let until = sent.saturating_add(u64::try_from(remaining.as_nanos()).unwrap_or(u64::MAX));
-        if self.splits.len() >= MAX_SPLIT_KEYS && !self.splits.contains_key(key) {
-            if !sweep_due(&self.last_sweep, sent) {
-                return new;
-            }
-            self.splits
-                .retain(|_, known| known.iter().any(|k| k.until > sent));
-            if self.splits.len() >= MAX_SPLIT_KEYS {
-                return new;
-            }
-        }
-        let mut splits = self.splits.entry(key.clone()).or_default();
-        if let Some(known) = splits
-            .iter_mut()
-            .find(|k| k.quota == quota && k.epoch == epoch)
-        {
+        let until = sent.saturating_add(remaining);
+        let renewed = self.splits.update(key, &quota, |known| {
             // The same split, renewed: the parts known to be spent stay so.
-            known.until = known.until.max(until);
-            return new;
+            let same = known.epoch == epoch;
+            if same {
+                known.until = known.until.max(until);
+            }
+            same
+        });
+        if renewed == Some(true) {
+            return false;
         }
         let parts = parts.clamp(2, MAX_PARTS);
         let known = Known {
@@ -370,34 +365,31 @@ impl HotKeyState {
             parts,
             epoch,
             until,
-            spent_until: vec![0; parts as usize].into_boxed_slice(),
+            spent_until: vec![Timestamp::default(); parts as usize].into_boxed_slice(),
         };
-        splits.retain(|k| k.quota != quota && k.until > sent);
-        splits.push(known);
-        new
+        self.splits.insert(key, known, sent);
+        true
     }
 
     /// Forgets `key`'s splits (after a reset).
-    pub(crate) fn forget(&self, key: &Key) -> Vec<(Quota, u32, u64)> {
+    pub(crate) fn forget(&self, key: &Key) -> Vec<(Quota, u32, Timestamp)> {
         self.splits
             .remove(key)
-            .map(|(_, known)| known.iter().map(|k| (k.quota, k.parts, k.epoch)).collect())
-            .unwrap_or_default()
+            .iter()
+            .map(|k| (k.quota, k.parts, k.epoch))
+            .collect()
     }
 
     /// The keys split now, and into how many parts.
-    pub(crate) fn split_keys(&self, now: u64) -> Vec<(Key, u32)> {
-        self.splits
-            .iter()
-            .filter_map(|entry| {
-                let parts = entry
-                    .iter()
-                    .filter(|k| k.until > now)
-                    .map(|k| k.parts)
-                    .max()?;
-                Some((entry.key().clone(), parts))
-            })
-            .collect()
+    pub(crate) fn split_keys(&self, now: Timestamp) -> Vec<(Key, u32)> {
+        self.splits.collect(|key, known| {
+            let parts = known
+                .iter()
+                .filter(|k| k.until > now)
+                .map(|k| k.parts)
+                .max()?;
+            Some((key.clone(), parts))
+        })
     }
 
     /// How many keys this gateway tracks as split (expired ones included until swept).
@@ -409,23 +401,23 @@ impl HotKeyState {
 
 impl Known {
     /// A random part.
-    fn any(&self, now: u64) -> Route {
+    fn any(&self, now: Timestamp) -> Route {
         self.route(fastrand::u32(0..self.parts), now)
     }
 
-    fn route(&self, index: u32, now: u64) -> Route {
+    fn route(&self, index: u32, now: Timestamp) -> Route {
         Route {
             counter: Counter::Part {
                 index,
                 parts: self.parts,
                 epoch: Some(self.epoch),
             },
-            keep_for: Duration::from_nanos(self.until - now),
+            keep_for: between(now, self.until),
         }
     }
 
     /// A random part not known to be spent at `now` (other than `not`), if any.
-    fn pick(&self, now: u64, not: Option<u32>) -> Option<Route> {
+    fn pick(&self, now: Timestamp, not: Option<u32>) -> Option<Route> {
         let open = |index: &u32| {
             Some(*index) != not
                 && self
@@ -454,14 +446,14 @@ pub(crate) struct SplitAsk {
 /// inheriting a large count) never promotes any.
 #[derive(Debug, Default)]
 struct Tracker {
-    window_start: u64,
+    window_start: Timestamp,
     counts: HashMap<Key, (u64, u64), RandomState>,
 }
 
 impl Tracker {
     /// Counts one check of `key`; returns how many it certainly had this window.
-    fn record(&mut self, key: &Key, now: u64) -> u64 {
-        if now.saturating_sub(self.window_start) >= WINDOW_NANOS {
+    fn record(&mut self, key: &Key, now: Timestamp) -> u64 {
+        if between(self.window_start, now) >= WINDOW {
             self.counts.clear();
             self.window_start = now;
         }
@@ -489,6 +481,14 @@ impl Tracker {
 mod tests {
     use super::*;
 
+    /// `n` nanoseconds after the epoch.
+    const fn at(n: u64) -> Timestamp {
+        Timestamp::from_nanos(n)
+    }
+
+    /// The window's length in nanoseconds.
+    const WINDOW_NANOS: u64 = WINDOW.as_nanos() as u64;
+
     fn adaptive(threshold: u32) -> HotKeyState {
         HotKeyState::new(
             HotKeys::adaptive(threshold, NonZeroU32::new(8).unwrap()).hold(Duration::from_secs(10)),
@@ -501,46 +501,49 @@ mod tests {
         let quota = Quota::per_second(1_000).unwrap();
         let (hot, cold) = (Key::from(1_u64), Key::from(2_u64));
         let asks = (0..150_u64)
-            .filter(|&i| state.wants_split(&hot, &quota, i).is_some())
+            .filter(|&i| state.wants_split(&hot, &quota, at(i)).is_some())
             .count();
         // From the 101st check on; the gateway learns of the split from Redis's answer.
         assert_eq!(asks, 50);
-        state.learn(&hot, quota, (8, 42), Duration::from_secs(10), 150);
-        assert!(state.wants_split(&hot, &quota, 151).is_none(), "it lasts");
+        state.learn(&hot, quota, (8, at(42)), Duration::from_secs(10), at(150));
+        assert!(
+            state.wants_split(&hot, &quota, at(151)).is_none(),
+            "it lasts"
+        );
         assert!(matches!(
-            state.route(&hot, &quota, 152).counter,
+            state.route(&hot, &quota, at(152)).counter,
             Counter::Part {
                 parts: 8,
-                epoch: Some(42),
+                epoch: Some(epoch),
                 ..
-            }
+            } if epoch == at(42)
         ));
         for i in 0..15 {
-            assert!(state.wants_split(&cold, &quota, 200 + i).is_none());
+            assert!(state.wants_split(&cold, &quota, at(200 + i)).is_none());
         }
         assert!(matches!(
-            state.route(&cold, &quota, 300).counter,
+            state.route(&cold, &quota, at(300)).counter,
             Counter::Whole
         ));
         // Past half the hold, still hot: renew.
         let later = 150 + 6 * WINDOW_NANOS;
         let renewals = (0..101)
-            .filter(|i| state.wants_split(&hot, &quota, later + i).is_some())
+            .filter(|i| state.wants_split(&hot, &quota, at(later + i)).is_some())
             .count();
         assert_eq!(renewals, 1);
         // Past the hold, the split is over here.
         let after = 150 + 10 * WINDOW_NANOS;
         assert!(matches!(
-            state.route(&hot, &quota, after).counter,
+            state.route(&hot, &quota, at(after)).counter,
             Counter::Whole
         ));
-        assert!(state.split_keys(after).is_empty());
+        assert!(state.split_keys(at(after)).is_empty());
         // Windows are never split adaptively.
         let window = Quota::per_second(1_000)
             .unwrap()
             .with_algorithm(Algorithm::FixedWindow)
             .unwrap();
-        assert!((0..500).all(|i| state.wants_split(&hot, &window, after + i).is_none()));
+        assert!((0..500).all(|i| state.wants_split(&hot, &window, at(after + i)).is_none()));
     }
 
     #[test]
@@ -554,7 +557,7 @@ mod tests {
         for i in 0..200_000_u64 {
             asks += usize::from(
                 state
-                    .wants_split(&Key::from(i), &quota, i * 4_000)
+                    .wants_split(&Key::from(i), &quota, at(i * 4_000))
                     .is_some(),
             );
         }
@@ -568,9 +571,9 @@ mod tests {
         let mut heavy = 0;
         for i in 0..100_000_u64 {
             if i % 10 == 0 {
-                heavy = tracker.record(&Key::from(u64::MAX), 5);
+                heavy = tracker.record(&Key::from(u64::MAX), at(5));
             } else {
-                tracker.record(&Key::from(i), 5);
+                tracker.record(&Key::from(i), at(5));
             }
             assert!(tracker.counts.len() <= TRACKED);
         }
@@ -583,7 +586,13 @@ mod tests {
         let state = adaptive(1);
         let quota = Quota::per_second(1_000).unwrap();
         for i in 0..(MAX_SPLIT_KEYS as u64 + 100) {
-            state.learn(&Key::from(i), quota, (8, 1), Duration::from_secs(1), 1_000);
+            state.learn(
+                &Key::from(i),
+                quota,
+                (8, at(1)),
+                Duration::from_secs(1),
+                at(1_000),
+            );
         }
         assert_eq!(state.tracked(), MAX_SPLIT_KEYS);
         // Once they have expired, new ones take their place.
@@ -591,11 +600,14 @@ mod tests {
         state.learn(
             &Key::from(u64::MAX),
             quota,
-            (8, 1),
+            (8, at(1)),
             Duration::from_secs(1),
-            later,
+            at(later),
         );
         assert_eq!(state.tracked(), 1);
-        assert_eq!(state.split_keys(later + 1), vec![(Key::from(u64::MAX), 8)]);
+        assert_eq!(
+            state.split_keys(at(later + 1)),
+            vec![(Key::from(u64::MAX), 8)]
+        );
     }
 }

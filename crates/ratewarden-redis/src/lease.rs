@@ -17,14 +17,11 @@
 //! under-admission, at most `batch - 1` per gateway and period.
 
 use std::num::NonZeroU32;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use dashmap::DashMap;
-use foldhash::fast::RandomState;
-use ratewarden_core::{Decision, Info, Key, Quota};
+use ratewarden_core::{Decision, Info, Key, Quota, Timestamp};
 
-use crate::deny_cache::sweep_due;
+use crate::per_key::{Expiring, PerKey};
 
 /// How many tokens to lease at a time and for how long; see [`RedisConfig::lease`](crate::RedisConfig::lease).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,43 +35,58 @@ pub(crate) struct LeasePolicy {
 struct Lease {
     quota: Quota,
     tokens: u32,
-    expires: u64,
+    expires: Timestamp,
     limit: u64,
 }
 
-/// The leases this gateway holds, by key (one per quota of the key).
+impl Expiring for Lease {
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn expires(&self) -> Timestamp {
+        self.expires
+    }
+}
+
+/// The leases this gateway holds, by key (one per quota of the key), for at most `max_keys`
+/// keys.
 #[derive(Debug)]
 pub(crate) struct Leases {
-    map: DashMap<Key, Vec<Lease>, RandomState>,
+    leases: PerKey<Lease>,
     policy: LeasePolicy,
-    max_keys: usize,
-    last_sweep: AtomicU64,
 }
 
 impl Leases {
     pub(crate) fn new(policy: LeasePolicy, max_keys: usize) -> Self {
         Self {
-            map: DashMap::with_hasher(RandomState::default()),
+            leases: PerKey::new(max_keys),
             policy,
-            max_keys,
-            last_sweep: AtomicU64::new(0),
         }
     }
 
     /// Spends `cost` of `key`'s lease under `quota` at `now`, if it holds that much.
-    pub(crate) fn spend(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
-        let mut leases = self.map.get_mut(key)?;
-        let lease = leases.iter_mut().find(|lease| lease.quota == *quota)?;
-        if now >= lease.expires || lease.tokens < cost {
-            return None;
-        }
-        lease.tokens -= cost;
-        Some(Decision::Allowed(Info::new(
-            lease.limit,
-            u64::from(lease.tokens),
-            Duration::ZERO,
-            Duration::ZERO,
-        )))
+    pub(crate) fn spend(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        now: Timestamp,
+    ) -> Option<Decision> {
+        self.leases
+            .update(key, quota, |lease| {
+                if now >= lease.expires || lease.tokens < cost {
+                    return None;
+                }
+                lease.tokens -= cost;
+                Some(Decision::Allowed(Info::new(
+                    lease.limit,
+                    u64::from(lease.tokens),
+                    Duration::ZERO,
+                    Duration::ZERO,
+                )))
+            })
+            .flatten()
     }
 
     /// The batch a check of `cost` under `quota` asks Redis for (`None`: just its cost): never
@@ -92,37 +104,25 @@ impl Leases {
         quota: Quota,
         (granted, cost): (u32, u32),
         info: &Info,
-        now: u64,
+        now: Timestamp,
     ) {
         let tokens = granted.saturating_sub(cost);
         if tokens == 0 {
             return;
         }
-        if self.map.len() >= self.max_keys && !self.map.contains_key(key) {
-            if !sweep_due(&self.last_sweep, now) {
-                return;
-            }
-            self.map
-                .retain(|_, leases| leases.iter().any(|lease| lease.expires > now));
-            if self.map.len() >= self.max_keys {
-                return;
-            }
-        }
-        let period = u64::try_from(self.policy.period.as_nanos()).unwrap_or(u64::MAX);
         let lease = Lease {
             quota,
             tokens,
-            expires: now.saturating_add(period),
+            expires: now.saturating_add(self.policy.period),
             limit: info.limit(),
         };
-        let mut leases = self.map.entry(key.clone()).or_default();
-        leases.retain(|held| held.quota != quota && held.expires > now);
-        leases.push(lease);
+        // A full map may decline: the tokens are then forgotten (under-admission, never over).
+        self.leases.insert(key, lease, now);
     }
 
     /// Forgets `key`'s leases (after a reset).
     pub(crate) fn remove(&self, key: &Key) {
-        self.map.remove(key);
+        self.leases.remove(key);
     }
 }
 
@@ -138,27 +138,28 @@ mod tests {
         };
         let leases = Leases::new(policy, 100);
         let (key, quota) = (Key::from(1_u64), Quota::per_second(100).unwrap());
-        assert!(leases.spend(&key, &quota, 1, 0).is_none());
+        let at = Timestamp::from_nanos;
+        assert!(leases.spend(&key, &quota, 1, at(0)).is_none());
         assert_eq!(leases.batch_for(&quota, 1), Some(10));
         assert_eq!(leases.batch_for(&quota, 10), None);
         let info = Info::new(100, 90, Duration::ZERO, Duration::ZERO);
-        leases.granted(&key, quota, (10, 1), &info, 0);
+        leases.granted(&key, quota, (10, 1), &info, at(0));
         for left in (0..9).rev() {
-            let d = leases.spend(&key, &quota, 1, 1_000).expect("leased");
+            let d = leases.spend(&key, &quota, 1, at(1_000)).expect("leased");
             assert_eq!(d.info().remaining(), left);
         }
-        assert!(leases.spend(&key, &quota, 1, 1_000).is_none(), "spent");
-        leases.granted(&key, quota, (10, 1), &info, 0);
+        assert!(leases.spend(&key, &quota, 1, at(1_000)).is_none(), "spent");
+        leases.granted(&key, quota, (10, 1), &info, at(0));
         assert!(
-            leases.spend(&key, &quota, 1, 100_000_000).is_none(),
+            leases.spend(&key, &quota, 1, at(100_000_000)).is_none(),
             "expired"
         );
         // Another quota of the key has its own lease.
         let other = Quota::per_second(5).unwrap();
-        assert!(leases.spend(&key, &other, 1, 0).is_none());
-        leases.granted(&key, other, (3, 1), &info, 0);
-        assert!(leases.spend(&key, &other, 2, 0).is_some());
-        assert!(leases.spend(&key, &quota, 1, 0).is_some());
+        assert!(leases.spend(&key, &other, 1, at(0)).is_none());
+        leases.granted(&key, other, (3, 1), &info, at(0));
+        assert!(leases.spend(&key, &other, 2, at(0)).is_some());
+        assert!(leases.spend(&key, &quota, 1, at(0)).is_some());
     }
 
     #[test]

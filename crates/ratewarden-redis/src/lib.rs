@@ -17,7 +17,7 @@
 //!   bytes, whatever the key, and one cluster slot for every limit of a key.
 //! - A state that cannot be read (garbage, `inf`, a key of another type) counts as spent: the
 //!   check is denied, never let through, the state is replaced by a spent one that refills,
-//!   and an error is logged (with the `metrics` feature, `ratewarden_redis_corrupt_states_total`
+//!   and an error is logged (with the `tracing` feature; with the `metrics` feature, `ratewarden_redis_corrupt_states_total`
 //!   counts it).
 //! - One check is at most one round trip, over one multiplexed connection that reconnects by
 //!   itself (the default, and the faster), or over a `deadpool-redis` pool
@@ -88,6 +88,39 @@
 //! ```
 //!
 //! Redis Cluster: [`RedisConfig::cluster`].
+//!
+//! # TLS
+//!
+//! With a `tls-*` feature, `rediss://` URLs connect over TLS (rustls), for a single connection,
+//! a pool and a cluster alike. A server whose certificate a default root signed needs nothing
+//! more; for an internal CA, give it with `RedisConfig::tls_ca_cert`, and for mutual TLS a
+//! client certificate with `RedisConfig::tls_client_cert`:
+//!
+//! ```no_run
+//! # #[cfg(feature = "tls-rustls")]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = ratewarden_redis::RedisConfig::new("rediss://redis.internal:6380")
+//!     .tls_ca_cert(std::fs::read("/etc/redis/ca.crt")?)
+//!     .connect()
+//!     .await?;
+//! assert!(store.split_keys().is_empty());
+//! # Ok(()) }
+//! ```
+//!
+//! rustls needs one crypto provider for the process: when the store is built and none is
+//! installed, it installs ring's. To use another (aws-lc-rs, FIPS), install it first
+//! (`CryptoProvider::install_default`).
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `tls-rustls` | no | `rediss://` through rustls, trusting the operating system's roots; `RedisConfig::tls_ca_cert`, `RedisConfig::tls_client_cert` |
+//! | `tls-rustls-webpki-roots` | no | as `tls-rustls`, trusting Mozilla's roots (compiled in) instead of the operating system's |
+//! | `tracing` | no | `tracing` events: a corrupt state (error), clock skew past the threshold and a replica's connection not replaced (warnings), a part of a split not started (debug) |
+//! | `metrics` | no | `ratewarden_redis_corrupt_states_total` through the `metrics` facade |
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
 mod connection;
@@ -95,9 +128,27 @@ mod deny_cache;
 mod error;
 mod hot_keys;
 mod lease;
+mod log;
+mod per_key;
 mod script;
 mod store;
+mod time;
 
 pub use config::{ConfigError, RedisConfig};
 pub use hot_keys::{HotKeys, MAX_PARTS, MAX_SPLIT_KEYS};
 pub use store::RedisStore;
+
+/// The [`redis`](https://docs.rs/redis) crate this store is built with, to name its types
+/// (an error's source, a command for your own queries) without a second, possibly
+/// mismatched, dependency on it: a `redis::RedisError` from another version is another type,
+/// and a downcast to it finds nothing.
+///
+/// ```
+/// use ratewarden_redis::redis;
+///
+/// let mut ping = redis::cmd("PING");
+/// ping.arg("hello");
+/// let source: Option<&redis::RedisError> = None;
+/// # let _ = (ping, source);
+/// ```
+pub use redis;

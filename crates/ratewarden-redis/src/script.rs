@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use ratewarden_core::{Algorithm, Decision, Info, Key, KeyRepr, Quota, StoreError, StoreErrorKind};
+use ratewarden_core::{
+    Algorithm, Decision, Info, Key, KeyRepr, Quota, StoreError, StoreErrorKind, Timestamp,
+};
 use sha2::{Digest as _, Sha256};
 
 /// The longest key name the store writes, whatever the user key (up to
@@ -61,8 +63,42 @@ pub(crate) enum Mode {
         hold: Duration,
         margin: Duration,
     },
-    /// Start a part of a new split, if it has no state yet, with `units` left at `at` (µs).
-    Seed { units: u64, at: u64 },
+    /// Start a part of a new split, if it has no state yet, with `units` left at `at` (the
+    /// split's epoch, on Redis's clock).
+    Seed { units: u64, at: Timestamp },
+}
+
+impl Mode {
+    /// How the scripts name the mode (`ARGV[1]`, see `lua/prelude.lua`).
+    const fn letter(self) -> &'static str {
+        match self {
+            Self::Check => "c",
+            Self::Peek => "p",
+            Self::Lease { .. } => "l",
+            Self::Split { .. } => "h",
+            Self::Seed { .. } => "i",
+        }
+    }
+}
+
+/// What a missing state means to a script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Missing {
+    /// A key never checked, or idle long enough to expire: fresh.
+    Fresh,
+    /// A part of an adaptive split not started yet: spent (the key's remaining burst is not
+    /// handed out again).
+    Spent,
+}
+
+impl Missing {
+    /// How the scripts name it (`ARGV[6]`).
+    const fn letter(self) -> &'static str {
+        match self {
+            Self::Fresh => "",
+            Self::Spent => "e",
+        }
+    }
 }
 
 /// Which counter of a key a call is for, and how a missing state reads.
@@ -71,13 +107,23 @@ pub(crate) enum Counter {
     /// The key's own counter.
     Whole,
     /// Part `index` of `parts` of a split key. Parts of an adaptive split carry the split's
-    /// `epoch` in their names and start spent; parts of a static split are always there and
-    /// start fresh.
+    /// `epoch` (when Redis made it) in their names and start spent; parts of a static split
+    /// are always there and start fresh.
     Part {
         index: u32,
         parts: u32,
-        epoch: Option<u64>,
+        epoch: Option<Timestamp>,
     },
+}
+
+impl Counter {
+    /// What a missing state of this counter means.
+    const fn missing(self) -> Missing {
+        match self {
+            Self::Part { epoch: Some(_), .. } => Missing::Spent,
+            _ => Missing::Fresh,
+        }
+    }
 }
 
 /// One run of a script.
@@ -86,8 +132,8 @@ pub(crate) struct Call<'a> {
     pub(crate) counter: Counter,
     pub(crate) mode: Mode,
     pub(crate) cost: u32,
-    /// The time in µs, or `None` for the server's `TIME` (tests pass their own).
-    pub(crate) now: Option<u64>,
+    /// The time, or `None` for the server's `TIME` (tests pass their own).
+    pub(crate) now: Option<Timestamp>,
     /// Whether the key's split marker is read (adaptive hot keys), and if so the longest a
     /// split can still run: its hold and the margin after it. A state ahead of now by no more
     /// than that may be a key spent until its split ends, which is never pulled back.
@@ -120,22 +166,14 @@ impl Call<'_> {
             cmd.arg(1).arg(&name);
         }
         let (figure, limit) = figures(self.quota, self.counter);
-        let mode = match self.mode {
-            Mode::Check => "c",
-            Mode::Peek => "p",
-            Mode::Lease { .. } => "l",
-            Mode::Split { .. } => "h",
-            Mode::Seed { .. } => "i",
-        };
-        cmd.arg(mode).arg(self.cost);
+        cmd.arg(self.mode.letter()).arg(self.cost);
         match self.now {
-            Some(now) => cmd.arg(now),
+            Some(now) => cmd.arg(now.as_micros()),
             None => cmd.arg(""),
         };
-        let spent = matches!(self.counter, Counter::Part { epoch: Some(_), .. });
         cmd.arg(figure)
             .arg(limit)
-            .arg(if spent { "e" } else { "" })
+            .arg(self.counter.missing().letter())
             .arg(micros(self.keep_for))
             .arg(self.marker.map_or(0, micros));
         match self.mode {
@@ -150,7 +188,7 @@ impl Call<'_> {
                 cmd.arg(parts).arg(micros(hold)).arg(micros(margin));
             }
             Mode::Seed { units, at } => {
-                cmd.arg(units).arg(at);
+                cmd.arg(units).arg(at.as_micros());
             }
             Mode::Check | Mode::Peek => {}
         }
@@ -248,7 +286,7 @@ pub(crate) fn state_key(prefix: &str, key: &Key, quota: &Quota, counter: Counter
     } = counter
     {
         name.push(b':');
-        hex(&mut name, &epoch.to_be_bytes());
+        hex(&mut name, &epoch.as_micros().to_be_bytes());
     }
     name
 }
@@ -327,7 +365,7 @@ pub(crate) enum Reply {
     Split {
         parts: u32,
         remaining: Duration,
-        epoch: u64,
+        epoch: Timestamp,
         left: u64,
     },
 }
@@ -353,7 +391,7 @@ impl Reply {
             return Ok(Self::Split {
                 parts,
                 remaining: Duration::from_micros(unsigned(b)?),
-                epoch: unsigned(c)?,
+                epoch: Timestamp::from_micros(unsigned(c)?),
                 left: unsigned(d)?,
             });
         }
@@ -417,6 +455,35 @@ mod tests {
     }
 
     #[test]
+    fn a_part_is_named_by_its_epoch_in_microseconds_and_the_mode_and_missing_state_by_letters() {
+        // The names and letters the scripts and other gateways already know.
+        let part = Counter::Part {
+            index: 0,
+            parts: 2,
+            epoch: Some(Timestamp::from_micros(0x1234)),
+        };
+        assert!(name("rl", &Key::from(1u64), part).ends_with(b":0000000000001234"));
+        assert_eq!(part.missing().letter(), "e");
+        assert_eq!(Counter::Whole.missing().letter(), "");
+        let letters = [
+            Mode::Check,
+            Mode::Peek,
+            Mode::Lease { batch: 2 },
+            Mode::Split {
+                parts: 2,
+                hold: Duration::ZERO,
+                margin: Duration::ZERO,
+            },
+            Mode::Seed {
+                units: 1,
+                at: Timestamp::from_micros(1),
+            },
+        ]
+        .map(Mode::letter);
+        assert_eq!(letters, ["c", "p", "l", "h", "i"]);
+    }
+
+    #[test]
     fn every_name_fits_in_128_bytes() {
         let prefix = "p".repeat(MAX_PREFIX_LEN);
         let longest_string = Key::from("s".repeat(ratewarden_core::MAX_KEY_LEN));
@@ -434,7 +501,7 @@ mod tests {
             Counter::Part {
                 index: crate::MAX_PARTS - 1,
                 parts: crate::MAX_PARTS,
-                epoch: Some(u64::MAX),
+                epoch: Some(Timestamp::from_nanos(u64::MAX)),
             },
         ];
         for key in &keys {
@@ -470,7 +537,7 @@ mod tests {
                         let counter = Counter::Part {
                             index,
                             parts,
-                            epoch: Some(9),
+                            epoch: Some(Timestamp::from_micros(9)),
                         };
                         slot(&state_key("rl", &key, &quota, counter))
                     })
@@ -498,9 +565,9 @@ mod tests {
             Reply::parse(&[3, 8, 1_000, 42, 0, 0, 0]).unwrap(),
             Reply::Split {
                 parts: 8,
-                epoch: 42,
+                epoch,
                 ..
-            }
+            } if epoch == Timestamp::from_micros(42)
         ));
         for bad in [
             &[1, 10, 9, 100, 0, 0][..],

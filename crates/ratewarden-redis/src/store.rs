@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratewarden_core::{
-    Clock, Decision, Info, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind,
+    Clock, Decision, Info, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
 };
 
 use crate::connection::Connection;
@@ -13,6 +13,7 @@ use crate::deny_cache::DenyCache;
 use crate::hot_keys::HotKeyState;
 use crate::lease::Leases;
 use crate::script::{Call, Counter, Mode, Reply, marker_key, state_key};
+use crate::time::between;
 
 /// A [`Store`] in Redis or Redis Cluster; see the [crate docs](crate). Clones share one
 /// multiplexed connection (per cluster node), or one pool, and one local front.
@@ -68,7 +69,8 @@ impl RedisStore {
     /// ```no_run
     /// # async fn demo() -> Result<(), ratewarden_core::StoreError> {
     /// let store = ratewarden_redis::RedisStore::connect("redis://127.0.0.1:6379").await?;
-    /// # drop(store); Ok(()) }
+    /// assert!(store.split_keys().is_empty());
+    /// # Ok(()) }
     /// ```
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         crate::RedisConfig::new(url).connect().await
@@ -91,7 +93,7 @@ impl RedisStore {
 
     /// How far Redis's clock is ahead of this host's (negative: behind), in microseconds: the
     /// Redis `TIME` against the midpoint of this host's clock around the call. Logs a warning
-    /// (`tracing`) when it exceeds the configured threshold (default 100 ms): decisions use
+    /// (with the `tracing` feature) when it exceeds the configured threshold (default 100 ms): decisions use
     /// Redis's clock only, but a skewed host misreads `X-RateLimit-Reset` and its own logs.
     ///
     /// # Errors
@@ -119,11 +121,7 @@ impl RedisStore {
         let skew = redis.saturating_sub(before / 2 + after / 2);
         let threshold = i64::try_from(self.skew_warning.as_micros()).unwrap_or(i64::MAX);
         if skew.unsigned_abs() > threshold.unsigned_abs() {
-            tracing::warn!(
-                skew_us = skew,
-                threshold_us = threshold,
-                "the clocks of this host and Redis disagree"
-            );
+            crate::log::clock_skew(skew, threshold);
         }
         Ok(skew)
     }
@@ -144,8 +142,8 @@ impl RedisStore {
         self.local.hot.split_keys(self.now())
     }
 
-    /// [`Store::check`] at a given time (microseconds since the UNIX epoch) instead of Redis's
-    /// clock, on the key's own counter: for tests that compare the scripts with `ratewarden-core`
+    /// [`Store::check`] at a given time (since the UNIX epoch; the scripts see its whole
+    /// microseconds) instead of Redis's clock, on the key's own counter: for tests that compare the scripts with `ratewarden-core`
     /// step by step.
     ///
     /// # Errors
@@ -157,14 +155,14 @@ impl RedisStore {
         key: &Key,
         quota: &Quota,
         cost: u32,
-        now_micros: u64,
+        now: Timestamp,
     ) -> Result<Decision, StoreError> {
         let call = Call {
             quota,
             counter: Counter::Whole,
             mode: Mode::Check,
             cost,
-            now: Some(now_micros),
+            now: Some(now),
             marker: None,
             keep_for: Duration::ZERO,
         };
@@ -191,18 +189,15 @@ impl RedisStore {
         let reply = Reply::parse(&Box::pin(self.within(eval)).await?)?;
         if let Reply::Decided { corrupt: true, .. } = reply {
             let name = state_key(&self.prefix, key, call.quota, call.counter);
-            tracing::error!(
-                key = %String::from_utf8_lossy(&name),
-                "rate-limit state in Redis could not be read: the key counts as spent, and its state was replaced"
-            );
+            crate::log::corrupt_state(&name);
             #[cfg(feature = "metrics")]
             metrics::counter!("ratewarden_redis_corrupt_states_total").increment(1);
         }
         Ok(reply)
     }
 
-    fn now(&self) -> u64 {
-        self.local.clock.now().as_nanos()
+    fn now(&self) -> Timestamp {
+        self.local.clock.now()
     }
 
     /// The longest an adaptive split can still run when a gateway checks its key: its hold,
@@ -213,7 +208,13 @@ impl RedisStore {
     }
 
     /// A decision this gateway can make alone: from a lease, or a standing denial.
-    fn decide_locally(&self, key: &Key, quota: &Quota, cost: u32, now: u64) -> Option<Decision> {
+    fn decide_locally(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        now: Timestamp,
+    ) -> Option<Decision> {
         let leases = self.local.leases.as_ref();
         if let Some(leased) = leases.and_then(|l| l.spend(key, quota, cost, now)) {
             return Some(leased);
@@ -298,7 +299,7 @@ impl RedisStore {
                     },
                     part => part,
                 };
-                let elapsed = Duration::from_nanos(self.now().saturating_sub(sent));
+                let elapsed = between(sent, self.now());
                 let part = Call {
                     counter,
                     marker: None,
@@ -325,12 +326,12 @@ impl RedisStore {
         ) = (reply, counter)
         {
             let now = self.now();
-            let room_at = now.saturating_add(nanos(info.retry_after()));
+            let room_at = now.saturating_add(info.retry_after());
             let other = hot.spent(key, quota, (index, room_at), now);
             let Some(route) = other.filter(|_| !retried) else {
                 // Denied until a part may have room: no sooner, and no later.
                 let room_at = hot.room_at(key, quota, now).unwrap_or(room_at);
-                let retry = Duration::from_nanos(room_at.saturating_sub(now).max(1_000));
+                let retry = between(now, room_at).max(Duration::from_micros(1));
                 let limit = u64::from(quota.burst());
                 let denied = Info::new(limit, 0, info.reset_after(), retry);
                 return Ok((Decision::Denied(denied), 0));
@@ -354,10 +355,6 @@ impl RedisStore {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl RedisStore {
     /// Starts the parts of a split this gateway just made, each with its share (rounded
     /// down) of the `left` units the key had: so that they refill from the split's start,
@@ -369,7 +366,7 @@ impl RedisStore {
         &self,
         key: &Key,
         quota: &Quota,
-        (parts, epoch): (u32, u64),
+        (parts, epoch): (u32, Timestamp),
         left: u64,
         remaining: Duration,
     ) {
@@ -392,7 +389,7 @@ impl RedisStore {
         });
         for result in futures_util::future::join_all(calls).await {
             if let Err(error) = result {
-                tracing::debug!(%error, "a part of a new split could not be started");
+                crate::log::part_not_started(&error);
             }
         }
     }

@@ -97,6 +97,8 @@
 //! |---------|---------|--------------|
 //! | `axum` | **yes** | the peer address from axum's `ConnectInfo<SocketAddr>` (serve with `into_make_service_with_connect_info::<SocketAddr>()`) |
 //! | `redis` | no | `RedisStore`, `RedisConfig` and `HotKeys` from `ratewarden-redis`: one quota for a fleet |
+//! | `redis-tls-rustls` | no | `redis` over TLS (`rediss://`, `RedisConfig::tls_ca_cert` for an internal CA), trusting the system's roots |
+//! | `redis-tls-rustls-webpki-roots` | no | the same, trusting Mozilla's roots, compiled in |
 //! | `tonic` | no | the peer address from tonic's `TcpConnectInfo` |
 //! | `jwt` | no | [`key::JwtClaim`], verifying with the crypto backend your application gives `jsonwebtoken` |
 //! | `jwt-rust-crypto` | no | `jwt` with jsonwebtoken's RustCrypto backend (pure Rust) |
