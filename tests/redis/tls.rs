@@ -157,3 +157,30 @@ async fn certificates_need_a_rediss_url_and_a_pem_with_a_certificate() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn settings_that_could_never_connect_are_refused_when_built() {
+    let certs = TlsCerts::generate();
+    let other = TlsCerts::generate();
+    // A client certificate with another certificate's key.
+    let err = refused(
+        RedisConfig::new("rediss://127.0.0.1:6379")
+            .tls_ca_cert(certs.pem("ca.crt"))
+            .tls_client_cert(certs.pem("client.crt"), other.pem("client.key")),
+    );
+    assert!(
+        matches!(err, ConfigError::InvalidCertificate { .. }),
+        "{err}"
+    );
+    // No certificate check at all: never, with or without certificates.
+    for config in [
+        RedisConfig::new("rediss://127.0.0.1:6379/#insecure"),
+        RedisConfig::new("rediss://127.0.0.1:6379/#insecure").tls_ca_cert(certs.pem("ca.crt")),
+    ] {
+        let err = refused(config);
+        assert!(
+            matches!(&err, ConfigError::InvalidUrl { reason, .. } if reason.contains("insecure")),
+            "{err}"
+        );
+    }
+}

@@ -194,6 +194,11 @@ impl RedisConfig {
     /// The certificate is read when the store is [built](Self::build), so a malformed one is an
     /// error there, not at the first check.
     ///
+    /// Without `tls-rustls-webpki-roots`, the `redis` crate still reads the operating system's
+    /// certificates at every connection, even with a CA given here, and fails the connection
+    /// when it cannot (`SSL_CERT_FILE` naming a missing file, say): in a container without a
+    /// working certificate store, turn on `tls-rustls-webpki-roots`.
+    ///
     /// See the example on [`RedisConfig`].
     #[cfg(feature = "tls-rustls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
@@ -384,6 +389,16 @@ impl RedisConfig {
     /// URL, and are read here).
     fn client(&self, url: &str) -> Result<redis::Client, ConfigError> {
         let client = redis::Client::open(url).map_err(|e| invalid_url(url, &e))?;
+        if let redis::ConnectionAddr::TcpTls { insecure: true, .. } =
+            client.get_connection_info().addr()
+        {
+            // Without `redis/tls-rustls-insecure` every call would fail; with it (turned on by
+            // any crate in the build), the server's certificate would go unchecked.
+            return Err(invalid_url(
+                url,
+                &"#insecure turns certificate checks off: ratewarden-redis always checks them",
+            ));
+        }
         #[cfg(feature = "tls-rustls")]
         if self.has_tls_certs() {
             if !matches!(
@@ -438,6 +453,9 @@ impl RedisConfig {
                 });
             }
         }
+        if let Some(client) = &self.tls.client_tls {
+            check_client_key(&client.client_cert, &client.client_key)?;
+        }
         Ok(())
     }
 
@@ -447,15 +465,42 @@ impl RedisConfig {
         self.tls.root_cert.is_some() || self.tls.client_tls.is_some()
     }
 
-    /// Whether any connection will be TLS.
+    /// Whether any connection will be TLS, as the `redis` crate reads the URLs (`rediss://`,
+    /// `valkeys://`, any case, spaces around).
     #[cfg(feature = "tls-rustls")]
     fn uses_tls(&self) -> bool {
-        let rediss = |url: &str| {
-            url.get(..9)
-                .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
-        };
-        self.has_tls_certs() || self.topology.urls().iter().any(|url| rediss(url))
+        self.has_tls_certs()
+            || self.topology.urls().iter().any(|url| {
+                redis::Client::open(url.as_str()).is_ok_and(|client| {
+                    matches!(
+                        client.get_connection_info().addr(),
+                        redis::ConnectionAddr::TcpTls { .. }
+                    )
+                })
+            })
     }
+}
+
+/// The client certificate and its key belong together, as rustls checks when a connection is
+/// made: found here, when the store is built, not at every call.
+#[cfg(feature = "tls-rustls")]
+fn check_client_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), ConfigError> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let invalid = |reason: String| ConfigError::InvalidCertificate { reason };
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(format!("the client certificate: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| invalid(format!("the client key: {e}")))?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(e.to_string()))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| invalid(format!("the client certificate and key: {e}")))?;
+    Ok(())
 }
 
 /// Where Redis is, and how the store talks to it: one of three, so that no combination of
@@ -584,5 +629,26 @@ impl std::error::Error for ConfigError {}
 impl From<ConfigError> for StoreError {
     fn from(error: ConfigError) -> Self {
         Self::with_source(StoreErrorKind::InvalidInput, error)
+    }
+}
+
+#[cfg(all(test, feature = "tls-rustls"))]
+mod tls_tests {
+    use super::RedisConfig;
+
+    #[test]
+    fn every_spelling_of_a_tls_url_is_tls() {
+        // The redis crate reads these as TLS too: each needs the crypto provider.
+        for url in [
+            "rediss://h:1",
+            "REDISS://h:1",
+            "valkeys://h:1",
+            " rediss://h:1",
+        ] {
+            assert!(RedisConfig::new(url).uses_tls(), "{url:?}");
+        }
+        for url in ["redis://h:1", "valkey://h:1", "unix:///tmp/redis.sock"] {
+            assert!(!RedisConfig::new(url).uses_tls(), "{url:?}");
+        }
     }
 }

@@ -337,7 +337,8 @@ impl HotKeyState {
     /// Records a split Redis reported in answer to a call sent at `sent` (this gateway's clock):
     /// it stands for `remaining` from when Redis answered, so certainly until `sent +
     /// remaining` here. Past [`MAX_SPLIT_KEYS`], not recorded (the key is then split all the
-    /// same, learnt anew on each check). Returns whether the split (its epoch) is new here.
+    /// same, learnt anew on each check). Returns whether the split (its epoch) is new here and
+    /// recorded: its parts are then seeded, once.
     pub(crate) fn learn(
         &self,
         key: &Key,
@@ -367,8 +368,9 @@ impl HotKeyState {
             until,
             spent_until: vec![Timestamp::default(); parts as usize].into_boxed_slice(),
         };
-        self.splits.insert(key, known, sent);
-        true
+        // New only if remembered: a full map (MAX_SPLIT_KEYS live splits) declines it, and
+        // saying "new" then would seed every part again at each check of the hottest keys.
+        self.splits.insert(key, known, sent)
     }
 
     /// Forgets `key`'s splits (after a reset).
@@ -586,13 +588,16 @@ mod tests {
         let state = adaptive(1);
         let quota = Quota::per_second(1_000).unwrap();
         for i in 0..(MAX_SPLIT_KEYS as u64 + 100) {
-            state.learn(
+            let new = state.learn(
                 &Key::from(i),
                 quota,
                 (8, at(1)),
                 Duration::from_secs(1),
                 at(1_000),
             );
+            // Past the bound a split is not remembered, so never "new": its parts are not
+            // seeded again at each check.
+            assert_eq!(new, i < MAX_SPLIT_KEYS as u64, "split {i}");
         }
         assert_eq!(state.tracked(), MAX_SPLIT_KEYS);
         // Once they have expired, new ones take their place.

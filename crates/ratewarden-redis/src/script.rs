@@ -391,7 +391,12 @@ impl Reply {
             return Ok(Self::Split {
                 parts,
                 remaining: Duration::from_micros(unsigned(b)?),
-                epoch: Timestamp::from_micros(unsigned(c)?),
+                // Beyond what a Timestamp holds, the epoch could not name its parts.
+                epoch: Timestamp::from_micros(
+                    Some(unsigned(c)?)
+                        .filter(|&micros| micros <= u64::MAX / 1_000)
+                        .ok_or_else(bad)?,
+                ),
                 left: unsigned(d)?,
             });
         }
@@ -421,6 +426,13 @@ mod tests {
 
     fn name(prefix: &str, key: &Key, counter: Counter) -> Vec<u8> {
         state_key(prefix, key, &Quota::per_second(1).unwrap(), counter)
+    }
+
+    #[test]
+    fn a_split_epoch_no_timestamp_can_hold_is_a_bad_reply() {
+        let split = |epoch: i64| Reply::parse(&[3, 8, 1_000_000, epoch, 0, 0, 0]);
+        assert!(split(1_700_000_000_000_000).is_ok());
+        assert!(split(i64::MAX).is_err());
     }
 
     #[test]
