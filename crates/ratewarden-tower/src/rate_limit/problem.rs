@@ -28,23 +28,34 @@ pub(crate) fn body(kind: &str, status: StatusCode, detail: Option<&str>) -> Byte
     })
 }
 
-/// The bodies of the constant answers, built once: a rejection clones a reference.
-pub(crate) static QUOTA_EXCEEDED: LazyLock<Bytes> =
-    LazyLock::new(|| body(QUOTA_EXCEEDED_TYPE, StatusCode::TOO_MANY_REQUESTS, None));
+/// A body built once per process, kept for its life: cloning it touches no reference count,
+/// so a flood of rejections shares no cache line.
+fn forever(body: Bytes) -> Bytes {
+    Bytes::from_static(Box::leak(body.to_vec().into_boxed_slice()))
+}
+
+/// The bodies of the constant answers, built once.
+pub(crate) static QUOTA_EXCEEDED: LazyLock<Bytes> = LazyLock::new(|| {
+    forever(body(
+        QUOTA_EXCEEDED_TYPE,
+        StatusCode::TOO_MANY_REQUESTS,
+        None,
+    ))
+});
 pub(crate) static COST_EXCEEDS_LIMIT: LazyLock<Bytes> = LazyLock::new(|| {
-    body(
+    forever(body(
         QUOTA_EXCEEDED_TYPE,
         StatusCode::TOO_MANY_REQUESTS,
         Some("The request costs more than the rate limit admits at once; retrying will not help."),
-    )
+    ))
 });
 const UNAVAILABLE_DETAIL: &str = "The rate limiter is unavailable; retry shortly.";
 static UNAVAILABLE: LazyLock<Bytes> = LazyLock::new(|| {
-    body(
+    forever(body(
         "about:blank",
         StatusCode::SERVICE_UNAVAILABLE,
         Some(UNAVAILABLE_DETAIL),
-    )
+    ))
 });
 
 /// `503` with `Retry-After: 1`: the answer of a layer that fails closed while its store is out.
