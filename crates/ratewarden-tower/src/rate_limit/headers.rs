@@ -89,7 +89,7 @@ impl PolicyHeaders {
         }
         if matches!(self.style, HeaderStyle::XRateLimit | HeaderStyle::Both) {
             headers.insert(X_LIMIT, self.limit.clone());
-            headers.insert(X_REMAINING, number(info.remaining()));
+            headers.insert(X_REMAINING, remaining(info.remaining()));
             headers.insert(X_RESET, reset_at(info.reset_after()));
         }
     }
@@ -162,6 +162,25 @@ pub(crate) fn number(n: u64) -> HeaderValue {
         .and_then(|i| table.get(i))
         .cloned()
         .unwrap_or_else(|| HeaderValue::from(n))
+}
+
+/// `X-RateLimit-Remaining`: small counts from the table, larger ones from a per-thread cache of
+/// the last value (a busy key's count changes far less often than it is sent).
+fn remaining(n: u64) -> HeaderValue {
+    if n < SMALL_NUMBERS {
+        return number(n);
+    }
+    thread_local! {
+        static LAST: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((cached, value)) if *cached == n => value.clone(),
+        _ => {
+            let fresh = HeaderValue::from(n);
+            *last = Some((n, fresh.clone()));
+            fresh
+        }
+    })
 }
 
 /// `X-RateLimit-Reset`: the UNIX time, in seconds rounded up, `after` from now; formatted at

@@ -21,6 +21,19 @@ pub(crate) enum Event {
 }
 
 impl Event {
+    /// Every event, in the order of their discriminants.
+    #[cfg(feature = "metrics")]
+    const ALL: [Self; 8] = [
+        Self::Allowed,
+        Self::Denied,
+        Self::ShadowDenied,
+        Self::MissingKey,
+        Self::FailureOpen,
+        Self::FailureClosed,
+        Self::FallbackAllowed,
+        Self::FallbackDenied,
+    ];
+
     #[cfg(feature = "metrics")]
     const fn label(self) -> &'static str {
         match self {
@@ -36,19 +49,56 @@ impl Event {
     }
 }
 
-/// Counts `event` under `ratewarden_requests_total{limit, outcome}` (the name label shares the layer's
-/// string: no allocation per request).
-#[inline]
-pub(crate) fn count(name: &std::sync::Arc<str>, event: Event) {
+/// The `ratewarden_requests_total{limit, outcome}` counters of one layer: their keys (name and
+/// labels) are built once, when the layer makes its service, so that counting a request
+/// allocates nothing. Each count still asks the installed recorder, so a recorder installed
+/// after the layer was built counts from then on.
+#[derive(Debug)]
+pub(crate) struct Counters {
     #[cfg(feature = "metrics")]
-    metrics::counter!(
-        "ratewarden_requests_total",
-        "limit" => metrics::SharedString::from_shared(std::sync::Arc::clone(name)),
-        "outcome" => event.label()
-    )
-    .increment(1);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (name, event);
+    keys: [metrics::Key; Event::ALL.len()],
+}
+
+#[cfg(feature = "metrics")]
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+impl Counters {
+    /// The counters of the limit named `name`.
+    pub(crate) fn new(name: &std::sync::Arc<str>) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let keys = Event::ALL.map(|event| {
+                let labels = vec![
+                    metrics::Label::new(
+                        "limit",
+                        metrics::SharedString::from_shared(std::sync::Arc::clone(name)),
+                    ),
+                    metrics::Label::new("outcome", event.label()),
+                ];
+                metrics::Key::from_parts("ratewarden_requests_total", labels)
+            });
+            Self { keys }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = name;
+            Self {}
+        }
+    }
+
+    /// Counts `event`.
+    #[inline]
+    pub(crate) fn count(&self, event: Event) {
+        #[cfg(feature = "metrics")]
+        metrics::with_recorder(|recorder| {
+            recorder
+                .register_counter(&self.keys[event as usize], &METADATA)
+                .increment(1);
+        });
+        #[cfg(not(feature = "metrics"))]
+        let _ = event;
+    }
 }
 
 /// A stable, unlinkable-across-restarts fingerprint of a key for logs: never the key itself.

@@ -61,6 +61,8 @@ pub(crate) struct Shared<K, St, P, C, R> {
     pub(crate) first_policy: OnceLock<Arc<PolicyHeaders>>,
     /// The answer to a request without a key, made once (`None`: let it through).
     pub(crate) missing_key_answer: OnceLock<Option<Response<Bytes>>>,
+    /// The request counters of this limit (with the `metrics` feature).
+    pub(crate) counters: observe::Counters,
 }
 
 /// What the layer does with a request once the store has decided.
@@ -121,7 +123,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
                 } else {
                     Event::Allowed
                 };
-                observe::count(&config.name, event);
+                self.counters.count(event);
                 let headers = config
                     .headers_on_allowed
                     .then(|| (self.policy_headers(quota), info));
@@ -143,7 +145,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         let _ = key;
         let headers = self.policy_headers(quota);
         if config.shadow {
-            observe::count(&config.name, Event::ShadowDenied);
+            self.counters.count(Event::ShadowDenied);
             return Outcome::Allow(Some((headers, info)));
         }
         let event = if fallback {
@@ -151,7 +153,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         } else {
             Event::Denied
         };
-        observe::count(&config.name, event);
+        self.counters.count(event);
         let denied = Denied {
             info,
             quota,
@@ -180,12 +182,12 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         let _ = error;
         match self.config.failure.on_failure(key, &quota, cost) {
             Failed::Pass => {
-                observe::count(&self.config.name, Event::FailureOpen);
+                self.counters.count(Event::FailureOpen);
                 Outcome::Allow(None)
             }
             Failed::Decided(decision, share) => self.decided(decision, key, share, grpc, true),
             Failed::Unavailable => {
-                observe::count(&self.config.name, Event::FailureClosed);
+                self.counters.count(Event::FailureClosed);
                 if self.config.shadow {
                     return Outcome::Allow(None);
                 }
@@ -200,7 +202,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
     where
         K: KeyExtractor<B>,
     {
-        observe::count(&self.config.name, Event::MissingKey);
+        self.counters.count(Event::MissingKey);
         #[cfg(feature = "tracing")]
         tracing::debug!(limit = %self.config.name, "request has no rate-limit key");
         if self.config.shadow {
