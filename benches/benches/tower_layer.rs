@@ -6,17 +6,10 @@
 //!
 //! `cargo bench -p benches --bench tower_layer`
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::ConnectInfo;
+use benches::{call_now, handler};
 use criterion::{Criterion, criterion_group, criterion_main};
-use http::{Request, Response};
 use ratewarden_tower::breaker::{BreakerState, CircuitBreaker};
 use ratewarden_tower::key::PeerIp;
 use ratewarden_tower::rate_limit::FailureMode;
@@ -24,40 +17,9 @@ use ratewarden_tower::{MemoryStore, Quota, RateLimitLayer};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use tests::Down;
-use tower::{Layer, Service, service_fn};
+use tower::Layer;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
-
-fn request() -> Request<Body> {
-    let mut req = Request::get("/")
-        .body(Body::empty())
-        .expect("valid request");
-    let addr: SocketAddr = "203.0.113.9:40000".parse().expect("valid address");
-    req.extensions_mut().insert(ConnectInfo(addr));
-    req
-}
-
-/// Drives a service whose future completes at once (all of these do), without a runtime.
-fn call_now<S, RB>(service: &mut S) -> bool
-where
-    S: Service<Request<Body>, Response = Response<RB>>,
-{
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(service.poll_ready(&mut cx).is_ready());
-    let future = pin!(service.call(request()));
-    match future.poll(&mut cx) {
-        Poll::Ready(Ok(response)) => response.status().is_success(),
-        _ => panic!("the service did not answer at once"),
-    }
-}
-fn handler() -> impl Service<
-    Request<Body>,
-    Response = Response<Body>,
-    Error = Infallible,
-    Future = impl Future<Output = Result<Response<Body>, Infallible>>,
-> + Clone {
-    service_fn(|_req: Request<Body>| async { Ok(Response::new(Body::empty())) })
-}
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("layer");

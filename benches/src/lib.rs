@@ -1,6 +1,56 @@
-//! Shared helpers for the `rl` benchmarks.
+//! Shared helpers for the `ratewarden` benchmarks.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use http::{Request, Response};
+use tower::{Service, service_fn};
+
+/// A `GET /` from one peer address, as axum's `ConnectInfo` gives it.
+#[must_use]
+pub fn peer_request() -> Request<Body> {
+    let mut req = Request::get("/")
+        .body(Body::empty())
+        .expect("valid request");
+    let addr: SocketAddr = "203.0.113.9:40000".parse().expect("valid address");
+    req.extensions_mut().insert(ConnectInfo(addr));
+    req
+}
+
+/// Drives a service whose future completes at once (every layer over a memory store, or over
+/// an open breaker), without a runtime; returns whether the response was a success.
+///
+/// # Panics
+///
+/// When the service is not ready, or its future is.
+pub fn call_now<S, RB>(service: &mut S) -> bool
+where
+    S: Service<Request<Body>, Response = Response<RB>>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(service.poll_ready(&mut cx).is_ready());
+    let future = pin!(service.call(peer_request()));
+    match future.poll(&mut cx) {
+        Poll::Ready(Ok(response)) => response.status().is_success(),
+        _ => panic!("the service did not answer at once"),
+    }
+}
+
+/// The inner service of the layer benches: an empty 200.
+pub fn handler() -> impl Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Body>, Infallible>>,
+> + Clone {
+    service_fn(|_req: Request<Body>| async { Ok(Response::new(Body::empty())) })
+}
 
 /// Runs `f(thread, i)` for `i` in `0..iters` on each of `threads` threads at once, and returns
 /// the wall time: with criterion's `iter_custom`, the time per check as each thread sees it.
