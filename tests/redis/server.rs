@@ -91,7 +91,10 @@ async fn every_key_gets_a_ttl_and_none_outlives_its_window() {
         let ttl: i64 = conn.pttl(key).await.unwrap();
         // The sliding window forgets after two windows; nothing needs longer. A key that
         // expired since it was listed (-2, or 0 while it goes) had a TTL too; -1 is none.
-        assert!(ttl == -2 || (0..=2 * 1_000 + 1).contains(&ttl), "{key}: {ttl} ms");
+        assert!(
+            ttl == -2 || (0..=2 * 1_000 + 1).contains(&ttl),
+            "{key}: {ttl} ms"
+        );
     }
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     let left: Vec<String> = conn.keys("ttl:*").await.unwrap();
