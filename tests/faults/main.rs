@@ -605,15 +605,13 @@ async fn a_server_demoted_behind_its_address_is_left_for_the_new_master() {
         .unwrap();
     tokio::time::sleep(HOLD).await;
     h.recovered();
-    let report = recovered(h, 4).await;
+    let report = h.finish(SETTLE).await;
+    report.assert_common(4);
     assert_fallback(&report);
-    assert!(
-        report
-            .errors
-            .contains_key(&ratewarden_core::StoreErrorKind::ReadOnly),
-        "{:?}",
-        report.errors
-    );
+    // The store left the demoted server at its first READONLY replies: the breaker opens only
+    // when enough checks were in flight to fail at once, and need not.
+    let read_only = report.errors.get(&ratewarden_core::StoreErrorKind::ReadOnly);
+    assert!(read_only.is_some(), "{:?}", report.errors);
     // Decided by the new server now.
     assert!(new.script_calls() > 0, "the new master was never asked");
 }
