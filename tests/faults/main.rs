@@ -610,7 +610,9 @@ async fn a_server_demoted_behind_its_address_is_left_for_the_new_master() {
     assert_fallback(&report);
     // The store left the demoted server at its first READONLY replies: the breaker opens only
     // when enough checks were in flight to fail at once, and need not.
-    let read_only = report.errors.get(&ratewarden_core::StoreErrorKind::ReadOnly);
+    let read_only = report
+        .errors
+        .get(&ratewarden_core::StoreErrorKind::ReadOnly);
     assert!(read_only.is_some(), "{:?}", report.errors);
     // Decided by the new server now.
     assert!(new.script_calls() > 0, "the new master was never asked");

@@ -183,6 +183,75 @@ async fn interleaved_quotas_on_one_key_each_match_ratewarden_core_alone() {
     }
 }
 
+/// Random batches (2 to 64 checks over 3 keys with 2 quotas each, any algorithms, costs up to
+/// past the burst, the clock now and then stepping back), each sent as one script call: every
+/// check decided as `ratewarden-core` decides it, in the batch's order, as if it went alone.
+#[tokio::test]
+async fn batches_decide_each_check_as_ratewarden_core_in_order() {
+    let server = RedisServer::start();
+    let store = crate::store(&server, "batches").await;
+    let mut rng = TestRunner::new(Config {
+        rng_seed: proptest::test_runner::RngSeed::Fixed(7),
+        ..Config::default()
+    })
+    .new_rng();
+    for round in 0..40 {
+        // GCRA most often: its checks are decided by the batch's own code.
+        let algorithm = |rng: &mut TestRng| {
+            if rng.random_bool(0.6) {
+                Algorithm::Gcra
+            } else {
+                Algorithm::ALL[rng.random_range(0..5usize)]
+            }
+        };
+        let limits: Vec<(Key, Quota)> = (0..3)
+            .flat_map(|k| (0..2).map(move |q| (k, q)))
+            .map(|(k, _)| {
+                let algorithm = algorithm(&mut rng);
+                (
+                    Key::from(format!("batch-{round}-{k}")),
+                    quota(&mut rng, algorithm),
+                )
+            })
+            .collect();
+        let mut states: Vec<AnyState> = limits.iter().map(|(_, q)| AnyState::new(q)).collect();
+        let mut now: u64 = 1_700_000_000_000_000;
+        for _ in 0..20 {
+            let size = rng.random_range(2..=64usize);
+            let mut checks = Vec::with_capacity(size);
+            let mut expected = Vec::with_capacity(size);
+            for _ in 0..size {
+                let i = rng.random_range(0..limits.len());
+                let (key, quota) = &limits[i];
+                now += match rng.random_range(0..4) {
+                    0 | 1 => 0,
+                    2 => rng.random_range(0..=quota.emission_interval_micros().max(1)),
+                    _ => rng.random_range(0..=quota.period_micros()),
+                };
+                if rng.random_range(0..40) == 0 {
+                    now -= rng.random_range(0..=quota.period_micros());
+                }
+                let cost = match rng.random_range(0..10) {
+                    0 => 0,
+                    1 => rng.random_range(0..=quota.burst() + 2),
+                    _ => 1,
+                };
+                expected.push(states[i].check(now, cost, quota));
+                checks.push((key.clone(), *quota, cost, Timestamp::from_micros(now)));
+            }
+            let actual = store.check_batch_at(&checks).await.unwrap();
+            for (n, ((check, actual), expected)) in
+                checks.iter().zip(actual).zip(expected).enumerate()
+            {
+                assert_eq!(
+                    actual, expected,
+                    "round {round}, check {n} of {size}: {check:?}"
+                );
+            }
+        }
+    }
+}
+
 /// One `ratewarden-core` state of any algorithm.
 enum AnyState {
     Gcra(GcraState),

@@ -1,6 +1,7 @@
 //! The Redis store against real `redis-server`s that the tests start themselves.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod batch;
 mod conformance;
 mod differential;
 mod scale;

@@ -1,21 +1,34 @@
-//! Throughput and latency of a GCRA check against one Redis, at concurrency 1, 16 and 64:
-//! `RedisStore::check` against a bare redis-rs loop running the same script by EVALSHA on one
-//! multiplexed connection. `benches/scripts/redis_throughput.sh` starts the server, runs this
-//! and `redis-benchmark` side by side.
+//! Throughput, latency and Redis CPU of a GCRA check against one Redis, at concurrency 1, 16
+//! and 64 (one key, and 64 keys): `RedisStore::check` against a bare redis-rs loop running a
+//! minimal GCRA script (read the clock, the state, write it with a TTL) by EVALSHA on one
+//! multiplexed connection. Redis CPU is `INFO commandstats` `usec` over the checks made.
+//! `benches/scripts/redis_throughput.sh` starts the server, runs this and `redis-benchmark`
+//! side by side.
 //!
 //! `redis_throughput REDIS_URL SECONDS`; with several comma-separated URLs, a Redis Cluster.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ratewarden_core::{Key, Quota, Store};
 use ratewarden_redis::{RedisConfig, RedisStore};
 
-/// The GCRA script the store runs, for the bare loop.
-const GCRA: &str = concat!(
-    include_str!("../../../crates/ratewarden-redis/src/lua/prelude.lua"),
-    include_str!("../../../crates/ratewarden-redis/src/lua/gcra.lua")
-);
-
+/// The least a GCRA check in Redis does: read the clock and the state, write the state with
+/// a TTL. `ARGV[1]` the emission interval (µs), `ARGV[2]` the burst.
+const MINIMAL_GCRA: &str = "
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new = tat + interval
+if new - now <= interval * burst then
+  redis.call('SET', KEYS[1], new, 'PX', math.floor((new - now) / 1000) + 1)
+  return {1, new - now}
+end
+return {0, tat - now}
+";
 /// The bare loop's connection: to one server, or to the cluster.
 #[derive(Clone)]
 enum Bare {
@@ -24,6 +37,7 @@ enum Bare {
 }
 
 struct Figures {
+    checks: u64,
     per_second: f64,
     p50_us: u64,
     p99_us: u64,
@@ -63,6 +77,7 @@ where
             .unwrap_or(0)
     };
     Figures {
+        checks: all.len() as u64,
         per_second: all.len() as f64 / elapsed,
         p50_us: at(0.50),
         p99_us: at(0.99),
@@ -76,21 +91,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .next()
         .ok_or("usage: redis_throughput REDIS_URL SECONDS")?;
     let seconds: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
-    let nodes: Vec<&str> = url.split(',').collect();
+    let nodes: Vec<String> = url.split(',').map(str::to_owned).collect();
     let cluster = nodes.len() > 1;
     let config = if cluster {
-        RedisConfig::cluster(nodes.iter().copied())
+        RedisConfig::cluster(nodes.iter().cloned())
     } else {
         RedisConfig::new(url.clone())
     };
+    // Every check goes to Redis (no denied-key cache), as in the bare loop.
     let store = config
         .prefix("bench")
+        .deny_cache(0)
         .timeout(Duration::from_secs(5))
         .connect()
         .await?;
     let quota = Quota::per_second(1_000_000)?;
-    let key = Key::from("bench-key");
-    let state_key = store.state_key(&key, &quota);
     let bare = if cluster {
         Bare::Cluster(
             redis::cluster::ClusterClient::new(nodes.clone())?
@@ -104,40 +119,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await?,
         )
     };
-    let script = redis::Script::new(GCRA);
-    // The pool is for a single server.
-    let pooled = if cluster {
-        None
-    } else {
-        let config = RedisConfig::new(url.clone()).prefix("bench").pool(64);
-        Some(config.timeout(Duration::from_secs(5)).connect().await?)
-    };
+    let stats = Stats::new(&nodes)?;
+    let script = redis::Script::new(MINIMAL_GCRA);
     println!(
-        "| concurrency | rl checks/s | bare EVALSHA/s | rl / bare | rl p50 / p99 (µs) | bare p50 / p99 (µs) | rl with a deadpool pool: checks/s, p50 / p99 (µs) |"
+        "| concurrency | keys | rl checks/s | bare EVALSHA/s | rl / bare | rl p50 / p99 (µs) | bare p50 / p99 (µs) | rl checks per call | Redis µs per check: rl | bare |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
-    for concurrency in [1, 16, 64] {
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (concurrency, keys) in [(1, 1), (16, 1), (64, 1), (64, 64)] {
+        let names: Vec<Key> = (0..keys)
+            .map(|i| Key::from(format!("bench-key-{i}")))
+            .collect();
+        let states: Vec<Vec<u8>> = names.iter().map(|k| store.state_key(k, &quota)).collect();
+        let next = Arc::new(AtomicUsize::new(0));
+        let pick = move || next.fetch_add(1, Ordering::Relaxed) % keys;
+        stats.reset()?;
         let ours = {
-            let (store, key): (RedisStore, Key) = (store.clone(), key.clone());
+            let (store, names, pick) = (store.clone(), names.clone(), pick.clone());
             measure(concurrency, seconds, move || {
-                let (store, key) = (store.clone(), key.clone());
+                let (store, key) = (store.clone(), names[pick()].clone());
                 async move {
                     let _ = store.check(&key, &quota, 1).await;
                 }
             })
             .await
         };
+        let (ours_calls, ours_usec) = stats.scripts()?;
+        stats.reset()?;
         let theirs = {
-            let (bare, script, state_key) = (bare.clone(), script.clone(), state_key.clone());
+            let (bare, script) = (bare.clone(), script.clone());
             measure(concurrency, seconds, move || {
-                let (bare, script, state_key) = (bare.clone(), script.clone(), state_key.clone());
+                let (bare, script) = (bare.clone(), script.clone());
+                let state = states[pick()].clone();
                 async move {
                     let mut invocation = script.prepare_invoke();
                     invocation
-                        .key(state_key)
-                        .arg("c")
-                        .arg(1)
-                        .arg("")
+                        .key(state)
                         .arg(quota.emission_interval_micros())
                         .arg(quota.burst());
                     let _: Result<Vec<i64>, _> = match bare {
@@ -148,25 +164,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .await
         };
-        let pool = match &pooled {
-            Some(pooled) => {
-                let (store, key) = (pooled.clone(), key.clone());
-                let figures = measure(concurrency, seconds, move || {
-                    let (store, key) = (store.clone(), key.clone());
-                    async move {
-                        let _ = store.check(&key, &quota, 1).await;
-                    }
-                })
-                .await;
-                format!(
-                    "{:.0}, {} / {}",
-                    figures.per_second, figures.p50_us, figures.p99_us
-                )
-            }
-            None => "-".to_owned(),
-        };
+        let (_, theirs_usec) = stats.scripts()?;
         println!(
-            "| {concurrency} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} | {pool} |",
+            "| {concurrency} | {keys} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} | {:.1} | {:.2} | {:.2} |",
             ours.per_second,
             theirs.per_second,
             ours.per_second / theirs.per_second,
@@ -174,18 +174,68 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ours.p99_us,
             theirs.p50_us,
             theirs.p99_us,
+            ours.checks as f64 / ours_calls.max(1) as f64,
+            ours_usec as f64 / ours.checks.max(1) as f64,
+            theirs_usec as f64 / theirs.checks.max(1) as f64,
         );
     }
     if !cluster {
         println!();
         memory_usage(&store, &url).await?;
     }
+    let key = store.state_key(&Key::from("bench-key-0"), &quota);
     println!(
-        "EVALSHA {} {}",
+        "EVALSHA {} {} {} {}",
         script.get_hash(),
-        String::from_utf8_lossy(&state_key)
+        String::from_utf8_lossy(&key),
+        quota.emission_interval_micros(),
+        quota.burst()
     );
     Ok(())
+}
+
+/// Redis's own accounting of the scripts it ran, over every node.
+struct Stats(Vec<redis::Client>);
+
+impl Stats {
+    fn new(nodes: &[String]) -> redis::RedisResult<Self> {
+        let clients = nodes.iter().map(|node| redis::Client::open(node.as_str()));
+        Ok(Self(clients.collect::<Result<_, _>>()?))
+    }
+
+    fn reset(&self) -> redis::RedisResult<()> {
+        for client in &self.0 {
+            redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .exec(&mut client.get_connection()?)?;
+        }
+        Ok(())
+    }
+
+    /// The script calls (`EVALSHA` and `EVAL`) since the reset, and the microseconds of CPU
+    /// they took.
+    fn scripts(&self) -> redis::RedisResult<(u64, u64)> {
+        let (mut calls, mut usec) = (0, 0);
+        for client in &self.0 {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query(&mut client.get_connection()?)?;
+            let lines = info
+                .lines()
+                .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"));
+            for line in lines {
+                let field = |name: &str| -> u64 {
+                    line.split(name)
+                        .nth(1)
+                        .and_then(|v| v.split(',').next()?.parse().ok())
+                        .unwrap_or(0)
+                };
+                calls += field("calls=");
+                usec += field("usec=");
+            }
+        }
+        Ok((calls, usec))
+    }
 }
 
 /// `MEMORY USAGE` of one key's state for each algorithm, after three checks of cost 1 (a

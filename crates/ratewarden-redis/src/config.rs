@@ -8,7 +8,7 @@ use std::time::Duration;
 use ratewarden_core::{MonotonicClock, StoreError, StoreErrorKind};
 use redis::aio::ConnectionManagerConfig;
 
-use crate::connection::{Connection, LazyCluster, Single};
+use crate::connection::{Connection, LazyCluster, Link, Single};
 use crate::deny_cache::DenyCache;
 use crate::hot_keys::{HotKeyState, HotKeys};
 use crate::lease::{LeasePolicy, Leases};
@@ -346,7 +346,10 @@ impl RedisConfig {
                     .set_response_timeout(Some(self.timeout))
                     .set_number_of_retries(1);
                 let single = Single::new(client, config).map_err(|e| invalid_url(url, &e))?;
-                Ok(Connection::Single(Arc::new(single)))
+                Ok(Connection::new(
+                    Link::Single(Arc::new(single)),
+                    self.timeout,
+                ))
             }
             Topology::Pool { url, max_size } => {
                 let client = self.client(url)?;
@@ -362,7 +365,7 @@ impl RedisConfig {
                     .runtime(deadpool_redis::Runtime::Tokio1)
                     .build()
                     .map_err(|e| invalid_url(url, &e))?;
-                Ok(Connection::Pool(pool))
+                Ok(Connection::new(Link::Pool(pool), self.timeout))
             }
             Topology::Cluster { nodes } => {
                 for node in nodes {
@@ -380,7 +383,10 @@ impl RedisConfig {
                 let client = builder
                     .build()
                     .map_err(|e| invalid_url(nodes.first().map_or("", String::as_str), &e))?;
-                Ok(Connection::Cluster(Arc::new(LazyCluster::new(client))))
+                Ok(Connection::new(
+                    Link::Cluster(Arc::new(LazyCluster::new(client))),
+                    self.timeout,
+                ))
             }
         }
     }

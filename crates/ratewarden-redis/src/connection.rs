@@ -2,6 +2,7 @@
 //! or a pool, each sending a command and reporting what went wrong.
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use futures_util::future::{BoxFuture, Shared};
@@ -10,30 +11,80 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
+use crate::batch::Batches;
 use crate::error::classify;
-use crate::script::Call;
+use crate::script::{Call, Entry, REPLY_LEN, batch_command};
 
-/// Where commands go.
+/// Where commands go, and the checks waiting to go together (see [`crate::batch`]).
 #[derive(Clone)]
-pub(crate) enum Connection {
+pub(crate) struct Connection {
+    link: Link,
+    batches: Arc<Batches>,
+    /// The deadline of a call: a batch sent for checks that queued gives up then too.
+    timeout: Duration,
+}
+
+/// How commands reach Redis.
+#[derive(Clone)]
+pub(crate) enum Link {
     Single(Arc<Single>),
     Cluster(Arc<LazyCluster>),
     Pool(deadpool_redis::Pool),
 }
 
 impl Connection {
-    /// Runs `call` for `key`: by SHA, and by source when Redis lacks the script (after a
-    /// restart, a `SCRIPT FLUSH`, or on a cluster node the key just moved to). `EVAL` caches
-    /// the script, so the next call is by SHA again.
+    pub(crate) fn new(link: Link, timeout: Duration) -> Self {
+        Self {
+            link,
+            batches: Arc::default(),
+            timeout,
+        }
+    }
+
+    pub(crate) const fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub(crate) const fn batches(&self) -> &Arc<Batches> {
+        &self.batches
+    }
+
+    /// Runs `call` for `key`, with the other checks waiting for the same node (cluster slot).
     pub(crate) async fn eval(
         &self,
         prefix: &str,
         key: &Key,
         call: &Call<'_>,
     ) -> Result<Vec<i64>, StoreError> {
-        match self.send(&call.command(prefix, key, true)).await? {
+        let entry = call.entry(prefix, key);
+        let queue = match self.link {
+            Link::Cluster(_) => entry.slot(),
+            Link::Single(_) | Link::Pool(_) => 0,
+        };
+        crate::batch::run(self, queue, entry).await
+    }
+
+    /// Runs `entries` in one script call: by SHA, and by source when Redis lacks the script
+    /// (after a restart, a `SCRIPT FLUSH`, or on a cluster node the slot just moved to).
+    /// `EVAL` caches the script, so the next call is by SHA again. One reply per entry.
+    pub(crate) async fn eval_batch(&self, entries: &[&Entry]) -> Result<Vec<Vec<i64>>, StoreError> {
+        if let [entry] = entries {
+            // Alone: its algorithm's own script, which replies with one decision.
+            return Ok(vec![self.eval_script(&[*entry]).await?]);
+        }
+        // Several: their replies one after the other, 7 numbers each.
+        let replies: Vec<i64> = self.eval_script(entries).await?;
+        Ok(replies.chunks(REPLY_LEN).map(<[i64]>::to_vec).collect())
+    }
+
+    async fn eval_script<T: redis::FromRedisValue>(
+        &self,
+        entries: &[&Entry],
+    ) -> Result<T, StoreError> {
+        let entries = || entries.iter().copied();
+        match self.send(&batch_command(entries(), true)).await? {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.send(&call.command(prefix, key, false)).await?
+                self.send(&batch_command(entries(), false)).await?
             }
             result => result,
         }
@@ -54,10 +105,10 @@ impl Connection {
     ) -> Result<RedisResult<T>, StoreError> {
         // Each arm's future is boxed: their sizes differ by kilobytes (the cluster client's is
         // the largest), and a check's future would otherwise be as large as the largest.
-        Ok(match self {
-            Self::Single(single) => Box::pin(single.query(cmd)).await,
-            Self::Cluster(lazy) => Box::pin(lazy.query(cmd)).await,
-            Self::Pool(pool) => {
+        Ok(match &self.link {
+            Link::Single(single) => Box::pin(single.query(cmd)).await,
+            Link::Cluster(lazy) => Box::pin(lazy.query(cmd)).await,
+            Link::Pool(pool) => {
                 let mut connection = Box::pin(checkout(pool)).await?;
                 let result = Box::pin(cmd.query_async(&mut connection)).await;
                 if result.as_ref().is_err_and(is_read_only) {

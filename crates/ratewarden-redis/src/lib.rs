@@ -1,7 +1,7 @@
 //! A Redis [`Store`](ratewarden_core::Store) for [`ratewarden_core`]: the state of every key lives in Redis, so
 //! a fleet of gateways shares one quota.
 //!
-//! - One Lua script per algorithm, mirroring `ratewarden-core`'s integer arithmetic line for line (a
+//! - Lua scripts, one per algorithm, mirroring `ratewarden-core`'s integer arithmetic line for line (a
 //!   differential test runs 100,000 random operations per algorithm through both). Scripts run
 //!   by SHA and are reloaded transparently after `SCRIPT FLUSH` or a restart.
 //! - Time is the Redis server's `TIME`, read inside the script: gateways whose clocks disagree
@@ -23,6 +23,12 @@
 //!   itself (the default, and the faster), or over a `deadpool-redis` pool
 //!   ([`RedisConfig::pool`]), within a deadline ([`RedisConfig::timeout`], 50 ms). A server that
 //!   answers `READONLY` (demoted behind a DNS name or VIP) has its connection replaced.
+//! - Checks that wait together go together: while a script call to a node (in a cluster, to a
+//!   slot) is in flight, further checks for it queue, and when it returns they go as one call
+//!   (up to 128 checks), decided in arrival order exactly as if each had gone alone. A check
+//!   that finds nothing in flight goes at once: no timer, no added latency. In a batch, GCRA
+//!   checks of one key read its state once and write it once, so a hot key's checks cost
+//!   Redis a fraction of a script call each (see `BENCHMARKS.md`).
 //!
 //! # Errors
 //!
@@ -122,6 +128,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod batch;
 mod config;
 mod connection;
 mod deny_cache;

@@ -22,30 +22,71 @@ const NAME_OVERHEAD: usize = 2 + 2 + 1 + 2 + 2 + 16 + 1 + 16;
 /// Redis Cluster's hash slots.
 const SLOTS: u32 = 16_384;
 
-/// A Lua script: its source (sent with `EVAL` when Redis lacks it) and its SHA-1 (for
-/// `EVALSHA`, the usual path).
+/// A script: its source (sent with `EVAL` when Redis lacks it) and its SHA-1 (for `EVALSHA`,
+/// the usual path).
 pub(crate) struct Lua {
     source: &'static str,
     sha: String,
 }
 
-macro_rules! script {
+impl Lua {
+    fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            sha: redis::Script::new(source).get_hash().to_owned(),
+        }
+    }
+}
+
+/// A check alone: the prelude and the algorithm's file, with Redis's clock read once.
+macro_rules! single {
     ($file:literal) => {
         LazyLock::new(|| {
-            let source = concat!(include_str!("lua/prelude.lua"), include_str!($file));
-            Lua {
-                source,
-                sha: redis::Script::new(source).get_hash().to_owned(),
-            }
+            Lua::new(concat!(
+                "local function server_now()\n",
+                "  local time = redis.call('TIME')\n",
+                "  return tonumber(time[1]) * 1000000 + tonumber(time[2])\n",
+                "end\n",
+                include_str!("lua/prelude.lua"),
+                include_str!($file),
+            ))
         })
     };
 }
 
-static GCRA: LazyLock<Lua> = script!("lua/gcra.lua");
-static TOKEN_BUCKET: LazyLock<Lua> = script!("lua/token_bucket.lua");
-static FIXED_WINDOW: LazyLock<Lua> = script!("lua/fixed_window.lua");
-static SLIDING_WINDOW: LazyLock<Lua> = script!("lua/sliding_window.lua");
-static SLIDING_LOG: LazyLock<Lua> = script!("lua/sliding_log.lua");
+/// An algorithm's check as a function of a batch (see `lua/batch_head.lua`).
+macro_rules! in_batch {
+    ($letter:literal, $file:literal) => {
+        concat!(
+            "local run_",
+            $letter,
+            " = function(KEYS, ARGV)\n",
+            include_str!("lua/prelude.lua"),
+            include_str!($file),
+            "\nend\n"
+        )
+    };
+}
+
+static GCRA: LazyLock<Lua> = single!("lua/gcra.lua");
+static TOKEN_BUCKET: LazyLock<Lua> = single!("lua/token_bucket.lua");
+static FIXED_WINDOW: LazyLock<Lua> = single!("lua/fixed_window.lua");
+static SLIDING_WINDOW: LazyLock<Lua> = single!("lua/sliding_window.lua");
+static SLIDING_LOG: LazyLock<Lua> = single!("lua/sliding_log.lua");
+
+/// The script that decides a batch of checks of any algorithms, in order. A check that goes
+/// alone runs its algorithm's own script, which costs Redis less than a batch of one.
+static BATCH: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("lua/batch_head.lua"),
+        in_batch!("g", "lua/gcra.lua"),
+        in_batch!("t", "lua/token_bucket.lua"),
+        in_batch!("f", "lua/fixed_window.lua"),
+        in_batch!("w", "lua/sliding_window.lua"),
+        in_batch!("l", "lua/sliding_log.lua"),
+        include_str!("lua/batch.lua"),
+    ))
+});
 
 /// What a script is asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,57 +184,181 @@ pub(crate) struct Call<'a> {
 }
 
 impl Call<'_> {
-    /// The script, and `EVALSHA` (`by_sha`) or `EVAL` of it for this call, with the names of
-    /// the keys under `prefix`.
-    pub(crate) fn command(&self, prefix: &str, key: &Key, by_sha: bool) -> redis::Cmd {
-        let lua = match self.quota.algorithm() {
+    /// This call as one check of a batch, with the names of its keys under `prefix`.
+    pub(crate) fn entry(&self, prefix: &str, key: &Key) -> Entry {
+        let name = state_key(prefix, key, self.quota, self.counter);
+        let marker = self.marker.is_some().then(|| marker_key(&name));
+        let (figure, limit) = figures(self.quota, self.counter);
+        let mut args = Vec::with_capacity(11);
+        args.extend([Arg::Text(self.mode.letter()), Arg::Number(self.cost.into())]);
+        args.push(
+            self.now
+                .map_or(Arg::Text(""), |now| Arg::Number(now.as_micros())),
+        );
+        args.extend([
+            Arg::Number(figure),
+            Arg::Number(limit),
+            Arg::Text(self.counter.missing().letter()),
+            Arg::Number(micros(self.keep_for)),
+            Arg::Number(self.marker.map_or(0, micros)),
+        ]);
+        match self.mode {
+            Mode::Lease { batch } => args.push(Arg::Number(batch.into())),
+            Mode::Split {
+                parts,
+                hold,
+                margin,
+            } => args.extend([
+                Arg::Number(parts.into()),
+                Arg::Number(micros(hold)),
+                Arg::Number(micros(margin)),
+            ]),
+            Mode::Seed { units, at } => {
+                args.extend([Arg::Number(units), Arg::Number(at.as_micros())]);
+            }
+            Mode::Check | Mode::Peek => {}
+        }
+        Entry {
+            algorithm: self.quota.algorithm(),
+            name,
+            marker,
+            args,
+        }
+    }
+}
+
+/// One check of a batch: its algorithm, the names of its keys, its arguments.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    algorithm: Algorithm,
+    name: Vec<u8>,
+    marker: Option<Vec<u8>>,
+    args: Vec<Arg>,
+}
+
+impl Entry {
+    /// The cluster slot of the entry's keys (all of them in one hash tag).
+    pub(crate) fn slot(&self) -> u16 {
+        slot(&self.name)
+    }
+
+    fn keys(&self) -> usize {
+        1 + usize::from(self.marker.is_some())
+    }
+
+    /// Whether the two checks differ in their keys and cost only.
+    fn same_shape(&self, other: &Self) -> bool {
+        self.algorithm == other.algorithm
+            && self.keys() == other.keys()
+            && self.args.len() == other.args.len()
+            && (self.args.iter().zip(&other.args).enumerate())
+                .all(|(i, (a, b))| i == COST || a == b)
+    }
+}
+
+/// Where a check's arguments hold its cost (`ARGV[2]`).
+const COST: usize = 1;
+
+fn push(cmd: &mut redis::Cmd, arg: Arg) {
+    match arg {
+        Arg::Number(n) => cmd.arg(n),
+        Arg::Text(t) => cmd.arg(t),
+    };
+}
+
+/// An argument of a check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Arg {
+    Number(u64),
+    Text(&'static str),
+}
+
+/// `EVALSHA` (`by_sha`) or `EVAL` over `entries`, decided in their order: one entry by its
+/// algorithm's own script, several by the batch script.
+pub(crate) fn batch_command<'a>(
+    entries: impl ExactSizeIterator<Item = &'a Entry> + Clone,
+    by_sha: bool,
+) -> redis::Cmd {
+    let alone = entries.len() == 1;
+    let lua = match entries.clone().next() {
+        Some(entry) if alone => match entry.algorithm {
             Algorithm::Gcra => &*GCRA,
             Algorithm::TokenBucket => &*TOKEN_BUCKET,
             Algorithm::FixedWindow => &*FIXED_WINDOW,
             Algorithm::SlidingWindow => &*SLIDING_WINDOW,
             _ => &*SLIDING_LOG,
-        };
-        let mut cmd = redis::cmd(if by_sha { "EVALSHA" } else { "EVAL" });
-        if by_sha {
-            cmd.arg(&lua.sha);
-        } else {
-            cmd.arg(lua.source);
-        }
-        let name = state_key(prefix, key, self.quota, self.counter);
-        if self.marker.is_some() {
-            cmd.arg(2).arg(&name).arg(marker_key(&name));
-        } else {
-            cmd.arg(1).arg(&name);
-        }
-        let (figure, limit) = figures(self.quota, self.counter);
-        cmd.arg(self.mode.letter()).arg(self.cost);
-        match self.now {
-            Some(now) => cmd.arg(now.as_micros()),
-            None => cmd.arg(""),
-        };
-        cmd.arg(figure)
-            .arg(limit)
-            .arg(self.counter.missing().letter())
-            .arg(micros(self.keep_for))
-            .arg(self.marker.map_or(0, micros));
-        match self.mode {
-            Mode::Lease { batch } => {
-                cmd.arg(batch);
-            }
-            Mode::Split {
-                parts,
-                hold,
-                margin,
-            } => {
-                cmd.arg(parts).arg(micros(hold)).arg(micros(margin));
-            }
-            Mode::Seed { units, at } => {
-                cmd.arg(units).arg(at.as_micros());
-            }
-            Mode::Check | Mode::Peek => {}
-        }
-        cmd
+        },
+        _ => &*BATCH,
+    };
+    let mut cmd = redis::cmd(if by_sha { "EVALSHA" } else { "EVAL" });
+    if by_sha {
+        cmd.arg(&lua.sha);
+    } else {
+        cmd.arg(lua.source);
     }
+    cmd.arg(entries.clone().map(Entry::keys).sum::<usize>());
+    for entry in entries.clone() {
+        cmd.arg(&entry.name);
+        if let Some(marker) = &entry.marker {
+            cmd.arg(marker);
+        }
+    }
+    if alone {
+        for entry in entries {
+            for &arg in &entry.args {
+                push(&mut cmd, arg);
+            }
+        }
+        return cmd;
+    }
+    // What checks share is sent once (a shape), and each check as its shape and cost.
+    let costs = entries.clone();
+    let mut shapes: Vec<&Entry> = Vec::new();
+    let indices: Vec<usize> = entries
+        .map(
+            |entry| match shapes.iter().position(|s| s.same_shape(entry)) {
+                Some(index) => index,
+                None => {
+                    shapes.push(entry);
+                    shapes.len() - 1
+                }
+            },
+        )
+        .collect();
+    cmd.arg(shapes.len());
+    for shape in &shapes {
+        let letter = match shape.algorithm {
+            Algorithm::Gcra => "g",
+            Algorithm::TokenBucket => "t",
+            Algorithm::FixedWindow => "f",
+            Algorithm::SlidingWindow => "w",
+            _ => "l",
+        };
+        cmd.arg(letter).arg(shape.keys()).arg(shape.args.len());
+        for (index, &arg) in shape.args.iter().enumerate() {
+            push(&mut cmd, if index == COST { Arg::Text("") } else { arg });
+        }
+    }
+    for (entry, index) in costs.zip(indices) {
+        // Lua counts from 1.
+        cmd.arg(index + 1);
+        push(&mut cmd, entry.args[COST]);
+    }
+    cmd
+}
+
+/// The cluster slot of a key `name`: the CRC16 of its hash tag (from its first `{` to the
+/// next `}`, when not empty), or of the whole name.
+fn slot(name: &[u8]) -> u16 {
+    let tag = name
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let len = name[open + 1..].iter().position(|&b| b == b'}')?;
+            Some(&name[open + 1..open + 1 + len]).filter(|tag| !tag.is_empty())
+        })
+        .unwrap_or(name);
+    crc16::State::<crc16::XMODEM>::calculate(tag) % 16_384
 }
 
 fn micros(d: Duration) -> u64 {
@@ -348,6 +513,9 @@ fn hex(out: &mut Vec<u8>, bytes: &[u8]) {
         out.push(DIGITS[usize::from(b & 0xf)]);
     }
 }
+
+/// How many numbers a script's reply to a check holds.
+pub(crate) const REPLY_LEN: usize = 7;
 
 /// What a script answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -535,11 +703,6 @@ mod tests {
 
     #[test]
     fn parts_are_steered_to_evenly_spread_slots() {
-        let slot = |name: &[u8]| {
-            let open = name.iter().position(|&b| b == b'{').unwrap();
-            let close = open + name[open..].iter().position(|&b| b == b'}').unwrap();
-            crc16::State::<crc16::XMODEM>::calculate(&name[open + 1..close]) % 16_384
-        };
         let quota = Quota::per_second(1).unwrap();
         for key in [Key::from("hot-tenant"), Key::from(7u64), Key::hashed("x")] {
             let home = slot(&state_key("rl", &key, &quota, Counter::Whole));

@@ -172,6 +172,46 @@ impl RedisStore {
         }
     }
 
+    /// [`check_at`](Self::check_at) for several checks sent as one batch, decided in order (as
+    /// checks that queue together are): for tests that compare batches with `ratewarden-core`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Store::check`], for the whole batch.
+    #[doc(hidden)]
+    pub async fn check_batch_at(
+        &self,
+        checks: &[(Key, Quota, u32, Timestamp)],
+    ) -> Result<Vec<Decision>, StoreError> {
+        let entries: Vec<_> = checks
+            .iter()
+            .map(|(key, quota, cost, now)| {
+                let call = Call {
+                    quota,
+                    counter: Counter::Whole,
+                    mode: Mode::Check,
+                    cost: *cost,
+                    now: Some(*now),
+                    marker: None,
+                    keep_for: Duration::ZERO,
+                };
+                call.entry(&self.prefix, key)
+            })
+            .collect();
+        let entries: Vec<_> = entries.iter().collect();
+        let replies = self.within(self.connection.eval_batch(&entries)).await?;
+        if replies.len() != checks.len() {
+            return Err(unexpected_split());
+        }
+        replies
+            .iter()
+            .map(|reply| match Reply::parse(reply)? {
+                Reply::Decided { decision, .. } => Ok(decision),
+                Reply::Split { .. } => Err(unexpected_split()),
+            })
+            .collect()
+    }
+
     /// `call`, failing with [`StoreErrorKind::Timeout`] past the deadline.
     async fn within<T>(
         &self,

@@ -1,5 +1,6 @@
--- Shared by every script. Mirrors ratewarden-core's algorithms line for line, in integer microseconds;
--- every number stays below 2^53, where Lua's doubles are exact.
+-- One check, as `batch.lua` runs it: the body of a function of (KEYS, ARGV), one per algorithm,
+-- which the algorithm's file completes. Mirrors ratewarden-core's algorithms line for line, in
+-- integer microseconds; every number stays below 2^53, where Lua's doubles are exact.
 --
 -- KEYS[1]  the key holding the state
 -- KEYS[2]  (adaptive hot keys only) the key's split marker, a hash {n = parts, e = epoch,
@@ -10,7 +11,7 @@
 --          renew: ARGV[9] parts, ARGV[10] hold in µs, ARGV[11] margin in µs), 'i' start a part
 --          of a new split, if it has no state yet, with ARGV[9] units left at ARGV[10] (µs)
 -- ARGV[2]  the cost
--- ARGV[3]  now in microseconds, or '' to read the Redis server's clock (TIME)
+-- ARGV[3]  now in microseconds, or '' for the Redis server's clock (TIME, read once per batch)
 -- ARGV[4]  the algorithm's figure (interval or period, µs), ARGV[5] its limit
 -- ARGV[6]  'e' when a missing state means "spent" rather than "fresh" (a part of an adaptive
 --          split starts spent: the key's remaining burst is not handed out again); else ''
@@ -31,8 +32,7 @@ local now
 -- its state early: its keys get a day.
 local test_time = ARGV[3] ~= ''
 if not test_time then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  now = server_now()
 else
   now = tonumber(ARGV[3])
 end
