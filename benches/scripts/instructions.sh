@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 1; }
 cargo bench -p benches --bench instructions --no-run 2>/dev/null
-bin=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -n 1)
-n=200000
+bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/instructions-* | grep -v '\.d$' | head -n 1)
+n=1000000
 count() {
   CASE=$1 KEYS=$2 N=$3 valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" 2>&1 \
     | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'

@@ -45,6 +45,7 @@ impl StoredBytes {
 const _: () = assert!(size_of::<StoredBytes>() == 24);
 
 impl Borrow<[u8]> for StoredBytes {
+    #[inline]
     fn borrow(&self) -> &[u8] {
         match self {
             Self::Inline { len, buf } => &buf[..usize::from(*len)],

@@ -270,6 +270,7 @@ impl<K: StoredKey, V: Slot> Sweep for Table<K, V> {
 }
 
 impl<K, V> Shard<K, V> {
+    #[inline]
     fn read(&self) -> RwLockReadGuard<'_, Entries<K, V>> {
         // Entries stay consistent whatever panics: a poisoned lock is still good.
         self.0.read().unwrap_or_else(PoisonError::into_inner)
