@@ -1,6 +1,6 @@
 # Sourced by scripts that need a local Redis Cluster: `start_redis_cluster DIR` starts 3 masters
-# and 3 replicas on loopback (each port below 55535 with its cluster-bus twin, port + 10000,
-# free), waits for cluster_state:ok, and sets REDIS_CLUSTER_PORTS (array), REDIS_CLUSTER_PIDS
+# and 3 replicas on loopback (each port below 22768 and free, with its cluster-bus twin, port +
+# 10000, free too: below 32768, where Linux starts handing out ports to outgoing connections), waits for cluster_state:ok, and sets REDIS_CLUSTER_PORTS (array), REDIS_CLUSTER_PIDS
 # (array) and REDIS_CLUSTER_URLS (comma separated). `stop_redis_cluster` stops it.
 REDIS_CLUSTER_PIDS=()
 REDIS_CLUSTER_PORTS=()
@@ -18,7 +18,7 @@ def free(p):
     finally:
         s.close()
 for _ in range(500):
-    b = random.randrange(20000, 45000)
+    b = random.randrange(10000, 22700)
     if all(free(p) and free(p + 10000) for p in range(b, b + 6)):
         print(b); break
 ')

@@ -211,3 +211,106 @@ async fn a_call_that_times_out_in_flight_does_not_stall_the_checks_behind_it() {
         assert!(task.await.unwrap().unwrap().is_allowed());
     }
 }
+
+/// Polls `future` once: whether it is still pending.
+async fn pending_after_one_poll<F: std::future::Future>(
+    future: &mut std::pin::Pin<Box<F>>,
+) -> bool {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_pending())).await
+}
+
+#[test]
+fn a_runtime_that_shuts_down_with_checks_queued_leaves_the_store_working() {
+    // Reproduced: the batch of a runtime shutting down was never sent, and its queue stayed
+    // busy for good: every later check of the store timed out.
+    let server = RedisServer::start();
+    let quota = Quota::per_hour(100).unwrap();
+    let first = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = first.block_on(async {
+        let store = config(server.url())
+            .timeout(Duration::from_secs(1))
+            .connect()
+            .await
+            .unwrap();
+        store.check(&Key::from("warm-up"), &quota, 1).await.unwrap();
+        store
+    });
+    let in_flight = store.clone();
+    first.spawn(async move {
+        let mut check = Box::pin(async move { in_flight.check(&Key::from("a"), &quota, 1).await });
+        assert!(pending_after_one_poll(&mut check).await);
+        std::future::pending::<()>().await;
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let queued = store.clone();
+    first.spawn(async move { queued.check(&Key::from("b"), &quota, 1).await });
+    std::thread::sleep(Duration::from_millis(100));
+    drop(first);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    second.block_on(async {
+        for i in 0..3 {
+            let key = Key::from(format!("after-{i}"));
+            assert!(store.check(&key, &quota, 1).await.unwrap().is_allowed());
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_of_a_slot_that_is_migrating_are_decided_on_a_cluster() {
+    // Reproduced: a batch naming keys of a migrating slot, some moved and some not, is refused
+    // (TRYAGAIN) until the migration ends, where each check alone is decided: 31 of 32 checks
+    // failed. On a cluster, a batch holds checks of one state only.
+    let cluster = RedisCluster::start();
+    let store = RedisConfig::cluster(cluster.urls())
+        .prefix("migrating")
+        .deny_cache(0)
+        .timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap();
+    let key = Key::from("mig");
+    store
+        .check(&key, &Quota::per_hour(100).unwrap(), 1)
+        .await
+        .unwrap();
+    let slot: u16 = cluster
+        .query(0, redis::cmd("CLUSTER").arg("KEYSLOT").arg("smig"))
+        .unwrap();
+    let (from, from_id) = cluster.master_of(slot, 0).unwrap();
+    let to = (0..6)
+        .find(|&node| {
+            node != from
+                && format!(
+                    "{:?}",
+                    cluster
+                        .query::<redis::Value>(node, &redis::cmd("ROLE"))
+                        .unwrap()
+                )
+                .contains("master")
+        })
+        .unwrap();
+    let setslot = |node: usize, state: &str, id: &str| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+        let _: () = cluster.query(node, &cmd).unwrap();
+    };
+    setslot(to, "IMPORTING", &from_id);
+    setslot(from, "MIGRATING", &cluster.node_id(to));
+    let quotas: Vec<Quota> = (0..8).map(|i| Quota::per_hour(400 + i).unwrap()).collect();
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let (store, key, quota) = (store.clone(), key.clone(), quotas[i % 8]);
+            tokio::spawn(async move { store.check(&key, &quota, 1).await })
+        })
+        .collect();
+    for task in tasks {
+        assert!(task.await.unwrap().unwrap().is_allowed());
+    }
+}

@@ -709,7 +709,7 @@ pub mod redis_server {
 
     impl RedisCluster {
         /// Starts six nodes (each also needs its port + 10000 free, for the cluster bus, so
-        /// ports stay below 55535), joins them with `redis-cli --cluster create`, and waits
+        /// ports stay below 22768, bus ports below 32768: out of the range Linux hands to outgoing connections), joins them with `redis-cli --cluster create`, and waits
         /// until every node reports `cluster_state:ok`.
         ///
         /// # Panics
@@ -1053,11 +1053,14 @@ pub mod redis_server {
         String::from_utf8_lossy(&reply[..n]).into_owned()
     }
 
-    /// `count` consecutive ports below 55535 that are free, each with port + 10000 free too.
+    /// `count` consecutive ports below 22768 that are free, each with port + 10000 free too.
     fn cluster_ports(count: u16) -> Vec<u16> {
         let seed = u16::try_from(std::process::id() % 2_000).unwrap_or(0);
         for attempt in 0..500u16 {
-            let base = 20_000 + (seed * 7 + attempt * 31) % 25_000;
+            // Ports and bus ports both below 32768, where Linux starts handing out ports to
+            // outgoing connections: one of those took a node's port between this check and
+            // the node's start ("cluster node 33368 did not start").
+            let base = 10_000 + (seed * 7 + attempt * 31) % 12_700;
             let ports: Vec<u16> = (base..base + count).collect();
             let all_free = ports.iter().all(|&p| {
                 TcpListener::bind(("127.0.0.1", p)).is_ok()
@@ -1067,10 +1070,10 @@ pub mod redis_server {
                 return ports;
             }
         }
-        panic!("no {count} free ports (with their cluster bus ports) below 55535")
+        panic!("no {count} free ports (with their cluster bus ports) below 32768")
     }
 
-    /// A loopback port below 55535 that is free, and its cluster bus port (port + 10000) too:
+    /// A loopback port below 22768 that is free, and its cluster bus port (port + 10000) too:
     /// for a one-node cluster.
     ///
     /// # Panics

@@ -1,7 +1,10 @@
-//! Checks that wait together go to Redis together: while a script call to a node (a cluster
-//! slot) is in flight, further checks for it queue, and when it returns the queue goes as one
-//! call. A check that finds nothing in flight goes at once: no timer, and no added latency
-//! when there is nothing to batch.
+//! Checks that wait together go to Redis together: while a script call of a queue is in
+//! flight, further checks of it queue, and when it returns the queue goes as one call. A check
+//! that finds nothing in flight goes at once: no timer, and no added latency when there is
+//! nothing to batch. On one connection every check shares a queue; on a pool or a cluster
+//! each key's state has a queue of its own, so that calls for different keys still go in
+//! parallel over the pool, and a batch never names keys of a slot that is migrating between
+//! nodes (which Redis refuses, `TRYAGAIN`, until the migration ends).
 //!
 //! Order is kept: a queue goes in arrival order, and the script decides a batch in order, so
 //! the checks of one key are decided in the order they came, as if each had gone alone.
@@ -22,15 +25,16 @@ pub(crate) const MAX_BATCH: usize = 128;
 /// A check's reply, or why it has none.
 type Reply = Result<Vec<i64>, StoreError>;
 
-/// The queues of a connection, by cluster slot (one queue, slot 0, without a cluster).
+/// The queues of a connection, by the node or key their checks go to (see
+/// [`Connection::eval`]); a queue exists while a call of it is in flight.
 #[derive(Debug, Default)]
 pub(crate) struct Batches {
-    queues: Mutex<HashMap<u16, Queue>>,
+    queues: Mutex<HashMap<u64, Queue>>,
 }
 
 #[derive(Debug, Default)]
 struct Queue {
-    /// A call to the queue's node is in flight (or about to be sent).
+    /// A call of the queue is in flight (or about to be sent).
     busy: bool,
     waiting: Vec<Waiting>,
 }
@@ -43,7 +47,7 @@ struct Waiting {
 
 /// Runs `entry` on `connection`: at once when nothing is in flight to its `queue`, else with
 /// the next batch.
-pub(crate) async fn run(connection: &Connection, queue: u16, entry: Entry) -> Reply {
+pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Reply {
     let waiting = {
         let mut queues = lock(connection.batches());
         let q = queues.entry(queue).or_default();
@@ -71,7 +75,7 @@ pub(crate) async fn run(connection: &Connection, queue: u16, entry: Entry) -> Re
 /// On drop, sends what waits in the queue (from a task of its own), or marks the queue idle.
 struct Next<'a> {
     connection: &'a Connection,
-    queue: u16,
+    queue: u64,
 }
 
 impl Drop for Next<'_> {
@@ -80,37 +84,48 @@ impl Drop for Next<'_> {
     }
 }
 
-/// Takes the next batch of `queue`, and sends it from a task; marks the queue idle when
-/// nothing waits.
-fn next(connection: &Connection, queue: u16) {
+/// Takes the next batch of `queue`, and sends it from a task; forgets the queue when nothing
+/// waits.
+fn next(connection: &Connection, queue: u64) {
     let batch = {
         let mut queues = lock(connection.batches());
         let Some(q) = queues.get_mut(&queue) else {
             return;
         };
         if q.waiting.is_empty() {
-            q.busy = false;
+            queues.remove(&queue);
             return;
         }
         let rest = q.waiting.split_off(q.waiting.len().min(MAX_BATCH));
         std::mem::replace(&mut q.waiting, rest)
     };
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        // No runtime to send from (one shutting down): the waiting checks fail, and the next
-        // check finds the queue idle.
-        fail(batch, &StoreError::new(StoreErrorKind::Connection));
-        if let Some(q) = lock(connection.batches()).get_mut(&queue) {
-            q.busy = false;
-        }
-        return;
+    let sending = Sending {
+        connection: connection.clone(),
+        queue,
+        batch,
     };
-    let connection = connection.clone();
-    runtime.spawn(async move {
-        let _next = Next {
-            connection: &connection,
-            queue,
-        };
+    match tokio::runtime::Handle::try_current() {
+        // Dropped unsent (a runtime shutting down drops the tasks it never ran), it still
+        // answers its checks and hands the queue on.
+        Ok(runtime) => drop(runtime.spawn(sending.send())),
+        // No runtime to send from: the checks fail, and the queue goes on.
+        Err(_) => drop(sending),
+    }
+}
+
+/// A batch on its way: whatever becomes of it, its checks are answered (a check whose batch
+/// was never sent gets an error) and the queue goes on.
+struct Sending {
+    connection: Connection,
+    queue: u64,
+    batch: Vec<Waiting>,
+}
+
+impl Sending {
+    async fn send(mut self) {
+        let batch = std::mem::take(&mut self.batch);
         let entries: Vec<&Entry> = batch.iter().map(|w| &w.entry).collect();
+        let connection = &self.connection;
         let call = tokio::time::timeout(connection.timeout(), connection.eval_batch(&entries));
         match call.await {
             Err(elapsed) => {
@@ -125,7 +140,17 @@ fn next(connection: &Connection, queue: u16) {
             Ok(Ok(_)) => fail(batch, &missing_reply()),
             Ok(Err(error)) => fail(batch, &error),
         }
-    });
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        fail(
+            std::mem::take(&mut self.batch),
+            &StoreError::with_source(StoreErrorKind::Connection, "the batch was never sent"),
+        );
+        next(&self.connection, self.queue);
+    }
 }
 
 /// Answers every check of `batch` with (a copy of) `error`.
@@ -146,7 +171,7 @@ fn missing_reply() -> StoreError {
     )
 }
 
-fn lock(batches: &Arc<Batches>) -> std::sync::MutexGuard<'_, HashMap<u16, Queue>> {
+fn lock(batches: &Arc<Batches>) -> std::sync::MutexGuard<'_, HashMap<u64, Queue>> {
     batches
         .queues
         .lock()

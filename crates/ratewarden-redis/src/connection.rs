@@ -49,7 +49,7 @@ impl Connection {
         &self.batches
     }
 
-    /// Runs `call` for `key`, with the other checks waiting for the same node (cluster slot).
+    /// Runs `call` for `key`, with the other checks waiting in its queue (see [`crate::batch`]).
     pub(crate) async fn eval(
         &self,
         prefix: &str,
@@ -58,8 +58,8 @@ impl Connection {
     ) -> Result<Vec<i64>, StoreError> {
         let entry = call.entry(prefix, key);
         let queue = match self.link {
-            Link::Cluster(_) => entry.slot(),
-            Link::Single(_) | Link::Pool(_) => 0,
+            Link::Single(_) => 0,
+            Link::Cluster(_) | Link::Pool(_) => entry.queue(),
         };
         crate::batch::run(self, queue, entry).await
     }

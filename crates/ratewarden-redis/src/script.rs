@@ -237,9 +237,10 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    /// The cluster slot of the entry's keys (all of them in one hash tag).
-    pub(crate) fn slot(&self) -> u16 {
-        slot(&self.name)
+    /// The queue of the entry's state on a pool or a cluster: its name, hashed.
+    pub(crate) fn queue(&self) -> u64 {
+        use std::hash::BuildHasher as _;
+        foldhash::fast::FixedState::default().hash_one(&self.name)
     }
 
     fn keys(&self) -> usize {
@@ -345,20 +346,6 @@ pub(crate) fn batch_command<'a>(
         push(&mut cmd, entry.args[COST]);
     }
     cmd
-}
-
-/// The cluster slot of a key `name`: the CRC16 of its hash tag (from its first `{` to the
-/// next `}`, when not empty), or of the whole name.
-fn slot(name: &[u8]) -> u16 {
-    let tag = name
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let len = name[open + 1..].iter().position(|&b| b == b'}')?;
-            Some(&name[open + 1..open + 1 + len]).filter(|tag| !tag.is_empty())
-        })
-        .unwrap_or(name);
-    crc16::State::<crc16::XMODEM>::calculate(tag) % 16_384
 }
 
 fn micros(d: Duration) -> u64 {
@@ -703,6 +690,11 @@ mod tests {
 
     #[test]
     fn parts_are_steered_to_evenly_spread_slots() {
+        let slot = |name: &[u8]| {
+            let open = name.iter().position(|&b| b == b'{').unwrap();
+            let close = open + name[open..].iter().position(|&b| b == b'}').unwrap();
+            crc16::State::<crc16::XMODEM>::calculate(&name[open + 1..close]) % 16_384
+        };
         let quota = Quota::per_second(1).unwrap();
         for key in [Key::from("hot-tenant"), Key::from(7u64), Key::hashed("x")] {
             let home = slot(&state_key("rl", &key, &quota, Counter::Whole));

@@ -201,7 +201,10 @@ impl RedisStore {
         let entries: Vec<_> = entries.iter().collect();
         let replies = self.within(self.connection.eval_batch(&entries)).await?;
         if replies.len() != checks.len() {
-            return Err(unexpected_split());
+            return Err(StoreError::with_source(
+                StoreErrorKind::Script,
+                "a batch's replies do not match its checks",
+            ));
         }
         replies
             .iter()

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Instructions redis-server spends per GCRA check (callgrind: noise-free, unlike commandstats
+# on a shared machine): the store's script for a check alone, its batch script with 32 and 64
+# checks of one key and of as many keys, a minimal GCRA script and `return 1` (a call's
+# dispatch). Each case runs a redis-server of its own under callgrind, once with N calls of
+# redis-benchmark and once with none; the difference over the checks is the cost of one.
+# The scripts are assembled from crates/ratewarden-redis/src/lua as src/script.rs does.
+# Usage: benches/scripts/redis_instructions.sh   (from the workspace root; needs valgrind)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 - "$work" <<'PY'
+import sys
+out, lua = sys.argv[1], "crates/ratewarden-redis/src/lua/"
+read = lambda name: open(lua + name).read()
+clock = ("local function server_now()\n  local time = redis.call('TIME')\n"
+         "  return tonumber(time[1]) * 1000000 + tonumber(time[2])\nend\n")
+open(f"{out}/single.lua", "w").write(clock + read("prelude.lua") + read("gcra.lua"))
+batch = read("batch_head.lua")
+for letter, name in [("g", "gcra"), ("t", "token_bucket"), ("f", "fixed_window"),
+                     ("w", "sliding_window"), ("l", "sliding_log")]:
+    batch += f"local run_{letter} = function(KEYS, ARGV)\n" + read("prelude.lua") + read(name + ".lua") + "\nend\n"
+open(f"{out}/batch.lua", "w").write(batch + read("batch.lua"))
+open(f"{out}/minimal.lua", "w").write("""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new = tat + interval
+if new - now <= interval * burst then
+  redis.call('SET', KEYS[1], new, 'PX', math.floor((new - now) / 1000) + 1)
+  return {1, new - now}
+end
+return {0, tat - now}
+""")
+open(f"{out}/return1.lua", "w").write("return 1")
+PY
+
+# instructions SCRIPT CALLS ARGS...: what redis-server executed, start to shutdown.
+instructions() {
+  local script=$1 calls=$2 port dir
+  shift 2
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  dir=$(mktemp -d -p "$work")
+  valgrind --tool=callgrind --callgrind-out-file="$dir/out" redis-server --port "$port" \
+    --bind 127.0.0.1 --save '' --appendonly no --hz 1 --dir "$dir" >/dev/null 2>"$dir/log" &
+  local pid=$!
+  for _ in $(seq 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  local sha
+  sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$script")")
+  if [ "$calls" -gt 0 ]; then
+    redis-benchmark -p "$port" -c 1 -n "$calls" -q EVALSHA "$sha" "$@" >/dev/null 2>&1
+  fi
+  redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+  wait "$pid" || true
+  sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$dir/log"
+}
+
+# row NAME SCRIPT CHECKS_PER_CALL ARGS...
+calls=300
+base=$(instructions "$work/return1.lua" 0 0)
+row() {
+  local name=$1 script=$2 per_call=$3
+  shift 3
+  local total
+  total=$(instructions "$script" "$calls" "$@")
+  printf '| %s | %s | %s |\n' "$name" "$per_call" $(( (total - base) / calls / per_call ))
+}
+interval=1 burst=1000000
+batch_args() { # batch_args CHECKS DISTINCT_KEYS: one GCRA shape, CHECKS checks
+  local n=$1 distinct=$2 keys=() checks=()
+  for i in $(seq "$n"); do
+    if [ "$distinct" = 1 ]; then keys+=("bench:{k$i}"); else keys+=("bench:{k}"); fi
+    checks+=(1 1)
+  done
+  echo "$n ${keys[*]} 1 g 1 8 c '' '' $interval $burst '' 0 0 ${checks[*]}"
+}
+printf '| script | checks per call | instructions per check |\n|---|---:|---:|\n'
+row "return 1 (a call's dispatch)" "$work/return1.lua" 1 0
+row "minimal GCRA (TIME, GET, SET PX)" "$work/minimal.lua" 1 1 'bench:{k}' "$interval" "$burst"
+row "rl, a check alone" "$work/single.lua" 1 1 'bench:{k}' c 1 '' "$interval" "$burst" '' 0 0
+for n in 32 64; do
+  eval "set -- $(batch_args "$n" 0)"
+  row "rl batch, one key" "$work/batch.lua" "$n" "$@"
+  eval "set -- $(batch_args "$n" 1)"
+  row "rl batch, $n keys" "$work/batch.lua" "$n" "$@"
+done
