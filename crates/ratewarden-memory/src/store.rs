@@ -185,6 +185,9 @@ impl<C: Clock> MemoryStore<C> {
     #[inline]
     pub fn check_sync(&self, key: &Key, quota: &Quota, cost: u32) -> Decision {
         let now = self.inner.clock.now();
+        if let Some(decision) = self.inner.check_gcra_seen(key, quota, now, cost) {
+            return decision;
+        }
         self.inner.run(key, quota, now, Op::Check(cost))
     }
 
@@ -317,6 +320,33 @@ macro_rules! with_tables {
 }
 
 impl<C: Clock> Inner<C> {
+    /// The common check, straight to the slot: a GCRA key already held in its limit's own
+    /// table. `None` for anything else (a new limit, key or table, another algorithm, the
+    /// overflow tables), which [`Inner::run`] then decides exactly as it would have.
+    #[inline]
+    fn check_gcra_seen(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        now: Timestamp,
+        cost: u32,
+    ) -> Option<Decision> {
+        if quota.algorithm() != Algorithm::Gcra {
+            return None;
+        }
+        let limit = self.limits.find(key.scope(), quota, false)?;
+        let LimitTables::Gcra(kinds) = &limit.tables else {
+            return None;
+        };
+        let check = |slot: &AtomicU64| slot.check(now, cost, quota, &self.clock);
+        match key.repr() {
+            KeyRepr::Int(n) => seen(&kinds.int, &n, check),
+            KeyRepr::Ip(ip) => seen(&kinds.ip, ip, check),
+            KeyRepr::Bytes(b) => seen(&kinds.bytes, b, check),
+            KeyRepr::Digest(d) => seen(&kinds.digest, d, check),
+        }
+    }
+
     #[inline]
     fn run(&self, key: &Key, quota: &Quota, now: Timestamp, op: Op) -> Decision {
         let ask = Ask { quota, now, op };
@@ -478,6 +508,23 @@ impl<C: Clock> Inner<C> {
         let wait = quota.period().min(Duration::from_secs(1));
         Decision::Denied(Info::new(u64::from(quota.burst()), 0, wait, wait))
     }
+}
+
+/// `check` on the slot of `probe` in its limit's own table, if both exist.
+#[inline]
+fn seen<K, Q>(
+    cell: &OnceLock<Placed<K, AtomicU64>>,
+    probe: &Q,
+    check: impl FnOnce(&AtomicU64) -> Decision,
+) -> Option<Decision>
+where
+    K: StoredKey + Borrow<Q>,
+    Q: Eq + Hash + ?Sized,
+{
+    let Some(Placed::Own(table)) = cell.get() else {
+        return None;
+    };
+    table.get(table.hash(probe), probe, check)
 }
 
 /// Where a key goes when its limit keeps keys of its kind in the overflow table.
