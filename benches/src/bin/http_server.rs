@@ -83,9 +83,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             let quota = Quota::per_second(per_second)?.with_burst(burst)?;
             // Connect on the runtime that serves: the connection's driver runs there.
+            // A deadline no check reaches here: every request is decided by Redis, never by
+            // the failure mode's local fallback (which would flatter the figure).
             let store = runtime.block_on(
                 ratewarden_tower::RedisConfig::new(url)
                     .prefix("http-bench")
+                    .timeout(std::time::Duration::from_secs(5))
                     .connect(),
             )?;
             let layer = RateLimitLayer::new(store, quota, PeerIp::new())
