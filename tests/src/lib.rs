@@ -9,6 +9,15 @@ use std::net::{IpAddr, SocketAddr};
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
+/// Each crate's README (what crates.io shows), whose Rust blocks run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../../crates/ratewarden-core/README.md")]
+#[doc = include_str!("../../crates/ratewarden-memory/README.md")]
+#[doc = include_str!("../../crates/ratewarden-redis/README.md")]
+#[doc = include_str!("../../crates/ratewarden-breaker/README.md")]
+#[doc = include_str!("../../crates/ratewarden-tower/README.md")]
+pub struct CrateReadmeDoctests;
+
 use http::Request;
 use ratewarden_tower::key::{ClientIp, ForwardedHeader};
 
