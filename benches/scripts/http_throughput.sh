@@ -4,7 +4,8 @@
 # rejected. Prints requests/s and the ratio to bare: with REPS > 1, every server is run once per
 # repetition, in turn (alternating), and each ratio is to the same repetition's bare; the table
 # gives the median and the range.
-# Usage: benches/scripts/http_throughput.sh [SECONDS] [REPS]   (from the workspace root; needs wrk)
+# Usage: [MODES="bare ..."] benches/scripts/http_throughput.sh [SECONDS] [REPS]
+# (from the workspace root; needs wrk)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-5}
@@ -19,6 +20,7 @@ redis_pid=""
 trap '[ -n "$pid" ] && { kill $pid 2>/dev/null || true; }; [ -n "$redis_pid" ] && { kill $redis_pid || true; }; rm -f "$log"' EXIT
 declare -A rps
 modes="bare rl-allow governor-allow rl-allow-x rl-allow-noheaders governor-allow-noheaders rl-reject governor-reject"
+redis_modes="rl-redis-allow rl-redis-noheaders rl-redis-reject naive-redis"
 # With redis-server installed, the same server with its state in a local Redis (one key).
 if command -v redis-server >/dev/null; then
   redis_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -27,8 +29,10 @@ if command -v redis-server >/dev/null; then
   redis_pid=$!
   for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   export REDIS_URL="redis://127.0.0.1:$redis_port"
-  modes="$modes rl-redis-allow rl-redis-noheaders rl-redis-reject naive-redis"
+  modes="$modes $redis_modes"
 fi
+# MODES="bare naive-redis ..." runs only those (bare first: the ratios need it).
+modes=${MODES:-$modes}
 for rep in $(seq "$reps"); do
   for mode in $modes; do
     "$server" "$mode" 127.0.0.1:0 >"$log" &

@@ -13,7 +13,7 @@ use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use crate::batch::Batches;
 use crate::error::classify;
-use crate::script::{Call, Entry, REPLY_LEN, batch_command};
+use crate::script::{BATCH_REPLY_LEN, Call, Entry, batch_command};
 
 /// Where commands go, and the checks waiting to go together (see [`crate::batch`]).
 #[derive(Clone)]
@@ -72,9 +72,21 @@ impl Connection {
             // Alone: its algorithm's own script, which replies with one decision.
             return Ok(vec![self.eval_script(&[*entry]).await?]);
         }
-        // Several: their replies one after the other, 7 numbers each.
+        // Several: their replies one after the other, each as few numbers as it needs.
         let replies: Vec<i64> = self.eval_script(entries).await?;
-        Ok(replies.chunks(REPLY_LEN).map(<[i64]>::to_vec).collect())
+        let mut chunks = replies.chunks_exact(BATCH_REPLY_LEN);
+        let replies = entries
+            .iter()
+            .zip(&mut chunks)
+            .map(|(entry, reply)| entry.full_reply(reply))
+            .collect::<Vec<_>>();
+        if replies.len() != entries.len() || !chunks.remainder().is_empty() {
+            return Err(StoreError::with_source(
+                StoreErrorKind::Script,
+                "a batch's replies do not match its checks",
+            ));
+        }
+        Ok(replies)
     }
 
     async fn eval_script<T: redis::FromRedisValue>(

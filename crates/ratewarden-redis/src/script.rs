@@ -243,6 +243,24 @@ impl Entry {
         foldhash::fast::FixedState::default().hash_one(&self.name)
     }
 
+    /// A check's reply in a batch (see `lua/batch_head.lua`) as a script answers a check
+    /// alone: the limit put back, the flag and the units granted apart.
+    pub(crate) fn full_reply(&self, batch: &[i64]) -> Vec<i64> {
+        match *batch {
+            [3, parts, split_for, epoch, left] => vec![3, parts, split_for, epoch, left, 0, 0],
+            [outcome, remaining, reset, retry, granted_flag] => {
+                let limit = match self.args.get(LIMIT) {
+                    Some(&Arg::Number(limit)) => i64::try_from(limit).unwrap_or(-1),
+                    _ => -1,
+                };
+                let (granted, flag) = (granted_flag.div_euclid(4), granted_flag.rem_euclid(4));
+                vec![outcome, limit, remaining, reset, retry, flag, granted]
+            }
+            // Read as a bad reply.
+            _ => Vec::new(),
+        }
+    }
+
     fn keys(&self) -> usize {
         1 + usize::from(self.marker.is_some())
     }
@@ -259,6 +277,11 @@ impl Entry {
 
 /// Where a check's arguments hold its cost (`ARGV[2]`).
 const COST: usize = 1;
+/// Where a check's arguments hold its limit (`ARGV[5]`).
+const LIMIT: usize = 4;
+
+/// How many numbers a batch replies per check.
+pub(crate) const BATCH_REPLY_LEN: usize = 5;
 
 fn push(cmd: &mut redis::Cmd, arg: Arg) {
     match arg {
@@ -501,9 +524,6 @@ fn hex(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-/// How many numbers a script's reply to a check holds.
-pub(crate) const REPLY_LEN: usize = 7;
-
 /// What a script answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reply {
@@ -721,6 +741,33 @@ mod tests {
                 slots.dedup();
                 assert_eq!(slots.len(), parts as usize);
             }
+        }
+    }
+
+    #[test]
+    fn a_batch_reply_reads_as_the_reply_of_a_check_alone() {
+        let quota = Quota::per_second(10).unwrap();
+        let call = Call {
+            quota: &quota,
+            counter: Counter::Whole,
+            mode: Mode::Check,
+            cost: 1,
+            now: None,
+            marker: None,
+            keep_for: Duration::ZERO,
+        };
+        let entry = call.entry("p", &Key::from(1u64));
+        // Granted 3 (a lease), flag 1 (a corrupt state replaced).
+        assert_eq!(
+            entry.full_reply(&[1, 9, 100, 0, 3 * 4 + 1]),
+            [1, 10, 9, 100, 0, 1, 3]
+        );
+        assert_eq!(
+            entry.full_reply(&[3, 8, 1_000, 42, 5]),
+            [3, 8, 1_000, 42, 5, 0, 0]
+        );
+        for bad in [&[1, 9, 100, 0][..], &[1, 9, 100, 0, 4, 4]] {
+            assert!(Reply::parse(&entry.full_reply(bad)).is_err());
         }
     }
 

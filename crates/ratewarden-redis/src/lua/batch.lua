@@ -132,22 +132,31 @@ for c = a, #ARGV, 2 do
   end
   if outcome then
     replies[n + 1] = outcome
-    replies[n + 2] = shape.gcra.limit
-    replies[n + 3] = remaining
-    replies[n + 4] = reset_after
-    replies[n + 5] = retry_after
-    replies[n + 6] = 0
-    replies[n + 7] = granted
+    replies[n + 2] = remaining
+    replies[n + 3] = reset_after
+    replies[n + 4] = retry_after
+    replies[n + 5] = granted * 4
   else
     write_back(KEYS[k])
     local args = {unpack(shape.args)}
     args[2] = ARGV[c + 1]
-    local reply = shape.run({unpack(KEYS, k, k + shape.nkeys - 1)}, args)
-    for i = 1, 7 do
-      replies[n + i] = reply[i]
+    local r = shape.run({unpack(KEYS, k, k + shape.nkeys - 1)}, args)
+    replies[n + 1] = r[1]
+    if r[1] == 3 then
+      -- Split: parts, time left, epoch, units left to the parts.
+      replies[n + 2] = r[2]
+      replies[n + 3] = r[3]
+      replies[n + 4] = r[4]
+      replies[n + 5] = r[5]
+    else
+      -- The limit is the caller's own: left out.
+      replies[n + 2] = r[3]
+      replies[n + 3] = r[4]
+      replies[n + 4] = r[5]
+      replies[n + 5] = r[7] * 4 + r[6]
     end
   end
-  n = n + 7
+  n = n + 5
   k = k + shape.nkeys
 end
 for name in pairs(states) do

@@ -8,7 +8,10 @@
 --           sliding window, 'l' sliding log), its number of keys, its number of arguments,
 --           then its arguments (the cost's place, ARGV[2] of a check, left empty)
 -- then      each check: its shape (from 1) and its cost
--- Returns the checks' replies (7 numbers each, see prelude.lua) one after the other, in order.
+-- Returns the checks' replies one after the other, in order, 5 numbers each: a decision as
+-- {outcome, remaining, reset_after_us, retry_after_us, granted * 4 + flag} (the limit, which
+-- the caller knows, left out), a split as {3, parts, split_for_us, epoch, units left}; see
+-- prelude.lua for what each means.
 
 -- Redis's clock, read once per call: the checks of one batch are decided at one instant.
 local server_time
