@@ -17,25 +17,13 @@ out, lua = sys.argv[1], "crates/ratewarden-redis/src/lua/"
 read = lambda name: open(lua + name).read()
 clock = ("local function server_now()\n  local time = redis.call('TIME')\n"
          "  return tonumber(time[1]) * 1000000 + tonumber(time[2])\nend\n")
-open(f"{out}/single.lua", "w").write(clock + read("prelude.lua") + read("gcra.lua"))
-batch = read("batch_head.lua")
+open(f"{out}/single.lua", "w").write(clock + read("arith.lua") + read("prelude.lua") + read("gcra.lua"))
+batch = read("batch_head.lua") + read("arith.lua")
 for letter, name in [("g", "gcra"), ("t", "token_bucket"), ("f", "fixed_window"),
                      ("w", "sliding_window"), ("l", "sliding_log")]:
     batch += f"local run_{letter} = function(KEYS, ARGV)\n" + read("prelude.lua") + read(name + ".lua") + "\nend\n"
 open(f"{out}/batch.lua", "w").write(batch + read("batch.lua"))
-open(f"{out}/minimal.lua", "w").write("""
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
-if tat < now then tat = now end
-local new = tat + interval
-if new - now <= interval * burst then
-  redis.call('SET', KEYS[1], new, 'PX', math.floor((new - now) / 1000) + 1)
-  return {1, new - now}
-end
-return {0, tat - now}
-""")
+open(f"{out}/minimal.lua", "w").write(open("benches/lua/minimal_gcra.lua").read())
 open(f"{out}/return1.lua", "w").write("return 1")
 PY
 

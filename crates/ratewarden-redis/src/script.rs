@@ -47,6 +47,7 @@ macro_rules! single {
                 "  local time = redis.call('TIME')\n",
                 "  return tonumber(time[1]) * 1000000 + tonumber(time[2])\n",
                 "end\n",
+                include_str!("lua/arith.lua"),
                 include_str!("lua/prelude.lua"),
                 include_str!($file),
             ))
@@ -79,6 +80,7 @@ static SLIDING_LOG: LazyLock<Lua> = single!("lua/sliding_log.lua");
 static BATCH: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("lua/batch_head.lua"),
+        include_str!("lua/arith.lua"),
         in_batch!("g", "lua/gcra.lua"),
         in_batch!("t", "lua/token_bucket.lua"),
         in_batch!("f", "lua/fixed_window.lua"),

@@ -18,17 +18,6 @@ local function write_back(name)
   end
 end
 
--- floor(a / b), exact for 0 <= a < 2^53 and 0 < b (as in prelude.lua).
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
 -- What a shape's GCRA check needs, read once per batch; nil when its checks go to the
 -- algorithm's own code (another mode, a part, a split marker).
 local function gcra_shape(args)

@@ -40,17 +40,6 @@ local absent_spent = ARGV[6] == 'e'
 local keep_for = tonumber(ARGV[7]) or 0
 local split_slack = tonumber(ARGV[8]) or 0
 
--- floor(a / b), exact for 0 <= a < 2^53 and 0 < b.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
 local function at_least_zero(x)
   if x < 0 then
     return 0
