@@ -1,7 +1,8 @@
 # Sourced by scripts that need a local Redis Cluster: `start_redis_cluster DIR` starts 3 masters
 # and 3 replicas on loopback (each port below 22768 and free, with its cluster-bus twin, port +
-# 10000, free too: below 32768, where Linux starts handing out ports to outgoing connections), waits for cluster_state:ok, and sets REDIS_CLUSTER_PORTS (array), REDIS_CLUSTER_PIDS
-# (array) and REDIS_CLUSTER_URLS (comma separated). `stop_redis_cluster` stops it.
+# 10000, free too: below 32768, where Linux starts handing out ports to outgoing connections),
+# waits for cluster_state:ok, and sets REDIS_CLUSTER_PORTS (array), REDIS_CLUSTER_PIDS (array)
+# and REDIS_CLUSTER_URLS (comma separated). `stop_redis_cluster` stops it.
 REDIS_CLUSTER_PIDS=()
 REDIS_CLUSTER_PORTS=()
 
