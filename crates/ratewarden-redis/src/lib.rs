@@ -23,12 +23,13 @@
 //!   itself (the default, and the faster), or over a `deadpool-redis` pool
 //!   ([`RedisConfig::pool`]), within a deadline ([`RedisConfig::timeout`], 50 ms). A server that
 //!   answers `READONLY` (demoted behind a DNS name or VIP) has its connection replaced.
-//! - Checks that wait together go together: while a script call to a node (in a cluster, to a
-//!   slot) is in flight, further checks for it queue, and when it returns they go as one call
-//!   (up to 128 checks), decided in arrival order exactly as if each had gone alone. A check
-//!   that finds nothing in flight goes at once: no timer, no added latency. In a batch, GCRA
-//!   checks of one key read its state once and write it once, so a hot key's checks cost
-//!   Redis a fraction of a script call each (see `BENCHMARKS.md`).
+//! - Checks that wait together go together: while a script call is in flight on a connection,
+//!   further checks queue, and when it returns they go as one call (up to 128 checks),
+//!   decided in arrival order exactly as if each had gone alone. A check that finds nothing in
+//!   flight goes at once: no timer, no added latency. On a pool or a cluster each key's state
+//!   has its own queue, so different keys still go in parallel and a batch never spans a slot
+//!   being migrated. In a batch, GCRA checks of one key read its state once and write it once,
+//!   so a hot key's checks cost Redis a fraction of a script call each (see `BENCHMARKS.md`).
 //!
 //! # Errors
 //!
