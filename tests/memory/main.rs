@@ -26,8 +26,9 @@ fn live() -> isize {
 /// Floods a store of `max` bytes with `keys` new keys (each checked once) under `quota`,
 /// the clock moving 1 ms per 100 keys; returns the most bytes it held, by the allocator.
 fn flood(max: usize, quota: Quota, keys: u64, key: impl Fn(u64) -> Key) -> (usize, u64) {
-    let before = live();
+    // The test's own clock is not the store's memory.
     let clock = ManualClock::new(Timestamp::from_micros(1_000_000_000));
+    let before = live();
     let store = MemoryStore::builder()
         .max_memory(NonZeroUsize::new(max).unwrap())
         .clock(clock.clone())

@@ -170,14 +170,25 @@ impl Limits {
 
     fn new_table<K: StoredKey, V: Slot>(&self) -> Option<Arc<Table<K, V>>> {
         let (table, fixed) = Table::<K, V>::new(self.shards, self.hasher.clone());
-        if !self.budget.try_charge(fixed) {
+        let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
+        // The table's `Arc` counts, and the list of tables when it must grow to hold it: bytes
+        // held like any other (uncharged, they took a flood of sliding logs 60 bytes past the
+        // bound).
+        let grow = if tables.len() == tables.capacity() {
+            tables.capacity().max(4)
+        } else {
+            0
+        };
+        let list = grow * size_of::<Arc<dyn Sweep>>();
+        if !self
+            .budget
+            .try_charge(fixed + 2 * size_of::<usize>() + list)
+        {
             return None;
         }
+        tables.reserve_exact(grow);
         let table = Arc::new(table);
-        self.tables
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Arc::clone(&table) as Arc<dyn Sweep>);
+        tables.push(Arc::clone(&table) as Arc<dyn Sweep>);
         Some(table)
     }
 
