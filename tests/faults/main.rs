@@ -539,8 +539,8 @@ async fn a_user_without_script_permission_fails_the_store_until_granted() {
                 .arg(">pw")
                 .arg("~*")
                 .arg("+@all")
-                .arg("-evalsha")
-                .arg("-eval"),
+                // Scripts and functions alike: a user allowed either is served.
+                .arg("-@scripting"),
         )
         .unwrap();
     let limited = format!("redis://limited:pw@127.0.0.1:{}", server.port());
@@ -553,8 +553,7 @@ async fn a_user_without_script_permission_fails_the_store_until_granted() {
                     redis::cmd("ACL")
                         .arg("SETUSER")
                         .arg("limited")
-                        .arg("+evalsha")
-                        .arg("+eval"),
+                        .arg("+@scripting"),
                 )
                 .unwrap();
         },

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ratewarden_core::{Algorithm, Key, Quota, Store};
 use ratewarden_redis::{RedisConfig, RedisStore};
-use tests::redis_server::{RedisCluster, RedisServer, script_calls};
+use tests::redis_server::{RedisCluster, RedisServer, command_calls, script_calls};
 
 const TASKS: u64 = 64;
 const CHECKS_PER_TASK: u64 = 40;
@@ -130,12 +130,13 @@ async fn a_cluster_batches_by_key_and_keeps_each_quota_exact() {
         .await
         .unwrap();
     every_algorithm_at_once(&store, "cluster").await;
-    // Keys on every node at once: each key's queue goes on its own.
-    let quota = Quota::per_hour(20).unwrap();
+    // Keys on every node at once: each key's queue goes on its own. 16 tasks per key, well
+    // above the calls a queue has in flight (4), so that checks of a key wait together.
+    let quota = Quota::per_hour(80).unwrap();
     let keys: Vec<Key> = (0..16).map(|i| Key::from(format!("spread-{i}"))).collect();
     let tasks: Vec<_> = keys
         .iter()
-        .flat_map(|key| (0..4).map(move |_| key.clone()))
+        .flat_map(|key| (0..16).map(move |_| key.clone()))
         .map(|key| {
             let store = store.clone();
             tokio::spawn(async move {
@@ -152,30 +153,111 @@ async fn a_cluster_batches_by_key_and_keeps_each_quota_exact() {
         let (key, admitted) = task.await.unwrap();
         *per_key.entry(key).or_insert(0) += admitted;
     }
-    assert!(per_key.values().all(|&a| a == 20), "{per_key:?}");
+    assert!(per_key.values().all(|&a| a == 80), "{per_key:?}");
     let calls: u64 = cluster
         .on_every_node("INFO commandstats\r\n")
         .iter()
         .map(|info| script_calls(info))
         .sum();
-    let checks = TASKS * CHECKS_PER_TASK + 16 * 4 * 10;
+    let checks = TASKS * CHECKS_PER_TASK + 16 * 16 * 10;
     assert!(
         calls * 2 <= checks,
         "{calls} script calls for {checks} checks: not batched"
     );
 }
 
+/// `INFO commandstats` of `server`.
+fn commandstats(server: &RedisServer) -> String {
+    server
+        .query(redis::cmd("INFO").arg("commandstats"))
+        .unwrap()
+}
+
+/// Waits (up to 5 s) until every reply of `function_list` names this crate's library.
+async fn until_the_library_is_loaded(mut function_list: impl FnMut() -> Vec<String>) {
+    for _ in 0..100 {
+        if function_list()
+            .iter()
+            .all(|list| list.contains("ratewarden_"))
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the library was not loaded: {:?}", function_list());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_after_script_flush_is_sent_whole_and_decided() {
+async fn checks_after_a_script_or_function_flush_are_decided_and_the_library_loaded_again() {
     let server = RedisServer::start();
     let store = config(server.url()).connect().await.unwrap();
     let quota = Quota::per_hour(100_000).unwrap();
     let key = Key::from("flushed");
-    for round in 0..5 {
+    let function_list = || {
+        vec![format!(
+            "{:?}",
+            server
+                .query::<redis::Value>(redis::cmd("FUNCTION").arg("LIST"))
+                .unwrap()
+        )]
+    };
+    for round in 0..4 {
         let _: () = server.query(redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+        let _: () = server.query(redis::cmd("FUNCTION").arg("FLUSH")).unwrap();
         let admitted = hammer(&store, &key, &[quota]).await;
         assert_eq!(admitted, [TASKS * CHECKS_PER_TASK], "round {round}");
+        // The library is back, and checks call it rather than a script.
+        until_the_library_is_loaded(function_list).await;
+        let before = commandstats(&server);
+        let admitted = hammer(&store, &key, &[quota]).await;
+        assert_eq!(admitted, [TASKS * CHECKS_PER_TASK], "round {round}");
+        let after = commandstats(&server);
+        assert!(command_calls(&after, "fcall") > command_calls(&before, "fcall"));
+        assert_eq!(
+            script_calls(&after) - script_calls(&before),
+            command_calls(&after, "fcall") - command_calls(&before, "fcall"),
+            "a script ran: {after}"
+        );
     }
+}
+
+/// Checks on a server that has no functions for the store go by script, as exactly.
+async fn served_by_scripts(server: &RedisServer, url: String) {
+    let store = config(url).connect().await.unwrap();
+    every_algorithm_at_once(&store, "no-functions").await;
+    let quota = Quota::per_hour(100_000).unwrap();
+    let admitted = hammer(&store, &Key::from("scripts"), &[quota]).await;
+    assert_eq!(admitted, [TASKS * CHECKS_PER_TASK]);
+    let stats = commandstats(server);
+    assert_eq!(command_calls(&stats, "fcall"), 0, "{stats}");
+    assert!(command_calls(&stats, "evalsha") > 0, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_functions_is_served_by_scripts() {
+    let server = RedisServer::start_without_functions();
+    served_by_scripts(&server, server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_not_allowed_functions_is_served_by_scripts() {
+    let server = RedisServer::start();
+    let _: () = server
+        .query(redis::cmd("ACL").arg(&[
+            "SETUSER",
+            "scripts",
+            "on",
+            ">secret",
+            "~*",
+            "+@all",
+            "-fcall",
+            "-function",
+        ]))
+        .unwrap();
+    let url = server
+        .url()
+        .replacen("redis://", "redis://scripts:secret@", 1);
+    served_by_scripts(&server, url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,4 +399,38 @@ async fn checks_of_a_slot_that_is_migrating_are_decided_on_a_cluster() {
     for task in tasks {
         assert!(task.await.unwrap().unwrap().is_allowed());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_master_of_a_cluster_gets_the_library_and_checks_survive_a_function_flush() {
+    let cluster = RedisCluster::start();
+    let store = RedisConfig::cluster(cluster.urls())
+        .prefix("library")
+        .deny_cache(0)
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let quota = Quota::per_hour(1_000).unwrap();
+    let spread = |round: u32| {
+        let store = store.clone();
+        async move {
+            // 48 keys: on every master.
+            for i in 0..48 {
+                let key = Key::from(format!("spread-{i}"));
+                let remaining = 1_000 - round - 1;
+                let decision = store.check(&key, &quota, 1).await.unwrap();
+                assert_eq!(decision.info().remaining(), u64::from(remaining), "{key:?}");
+            }
+        }
+    };
+    let function_list = || cluster.on_every_node("FUNCTION LIST\r\n");
+    spread(0).await;
+    // Replicas have it too: a master replicates what it loads.
+    until_the_library_is_loaded(function_list).await;
+    let _ = cluster.on_every_node("FUNCTION FLUSH\r\n");
+    spread(1).await;
+    every_algorithm_at_once(&store, "flushed").await;
+    until_the_library_is_loaded(function_list).await;
+    spread(2).await;
 }

@@ -127,6 +127,35 @@ async fn the_memory_store_conforms() {
 }
 
 #[tokio::test]
+async fn the_redis_store_conforms_by_scripts_on_a_server_without_functions() {
+    let server = RedisServer::start_with(
+        tests::redis_server::free_port(),
+        &[
+            "--rename-command",
+            "FCALL",
+            "",
+            "--rename-command",
+            "FUNCTION",
+            "",
+        ],
+    );
+    let store = crate::store(&server, "conformance").await;
+    conformance(&store).await;
+    let info: String = server
+        .query(redis::cmd("INFO").arg("commandstats"))
+        .unwrap();
+    assert_eq!(
+        tests::redis_server::command_calls(&info, "fcall"),
+        0,
+        "{info}"
+    );
+    assert!(
+        tests::redis_server::command_calls(&info, "evalsha") > 0,
+        "{info}"
+    );
+}
+
+#[tokio::test]
 async fn the_redis_store_conforms() {
     let server = RedisServer::start();
     let store = crate::store(&server, "conformance").await;

@@ -366,6 +366,27 @@ pub mod redis_server {
             server
         }
 
+        /// Starts a server without Redis functions, as a Redis before 7.0: `FCALL` and
+        /// `FUNCTION` are unknown commands.
+        ///
+        /// # Panics
+        ///
+        /// As [`start`](Self::start).
+        #[must_use]
+        pub fn start_without_functions() -> Self {
+            Self::start_with(
+                free_port(),
+                &[
+                    "--rename-command",
+                    "FCALL",
+                    "fcall-renamed-away",
+                    "--rename-command",
+                    "FUNCTION",
+                    "function-renamed-away",
+                ],
+            )
+        }
+
         /// Starts a server that speaks TLS only (`--port 0 --tls-port PORT`) on a free
         /// loopback port, with a certificate for 127.0.0.1 signed by a CA of its own
         /// ([`tls`](Self::tls)), and waits until it answers `PING` over TLS. Clients need no
@@ -499,8 +520,8 @@ pub mod redis_server {
             cmd.query(&mut connection)
         }
 
-        /// How many scripts the server has run (`EVALSHA` and `EVAL` calls, from
-        /// `INFO commandstats`).
+        /// How many scripts and functions the server has run (`FCALL`, `EVALSHA` and `EVAL`
+        /// calls, from `INFO commandstats`).
         ///
         /// # Panics
         ///
@@ -1026,14 +1047,23 @@ pub mod redis_server {
             .expect("start redis-server (apt-get install redis-server)")
     }
 
-    /// The script calls (`EVALSHA` + `EVAL`) in an `INFO commandstats` reply.
+    /// The calls of scripts and functions (`FCALL` + `EVALSHA` + `EVAL`) in an
+    /// `INFO commandstats` reply.
     #[must_use]
     pub fn script_calls(info: &str) -> u64 {
+        ["fcall", "evalsha", "eval"]
+            .iter()
+            .map(|command| command_calls(info, command))
+            .sum()
+    }
+
+    /// The calls of `command` (lower case: `fcall`) in an `INFO commandstats` reply.
+    #[must_use]
+    pub fn command_calls(info: &str, command: &str) -> u64 {
+        let stat = format!("cmdstat_{command}:calls=");
         info.lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
             .filter_map(|l| {
-                l.split("calls=")
-                    .nth(1)?
+                l.strip_prefix(&stat)?
                     .split(',')
                     .next()?
                     .parse::<u64>()

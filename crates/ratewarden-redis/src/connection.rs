@@ -1,6 +1,7 @@
 //! The connections to Redis: one multiplexed connection (the default), the cluster client's,
 //! or a pool, each sending a command and reporting what went wrong.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -13,15 +14,25 @@ use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use crate::batch::Batches;
 use crate::error::classify;
-use crate::script::{BATCH_REPLY_LEN, Call, Entry, batch_command};
+use crate::script::{BATCH_REPLY_LEN, Call, Entry, Invoke, LIBRARY, batch_command};
 
 /// Where commands go, and the checks waiting to go together (see [`crate::batch`]).
 #[derive(Clone)]
 pub(crate) struct Connection {
     link: Link,
     batches: Arc<Batches>,
+    functions: Arc<Functions>,
     /// The deadline of a call: a batch sent for checks that queued gives up then too.
     timeout: Duration,
+}
+
+/// Whether checks go by the library of Redis functions, and whether it is being loaded.
+#[derive(Default)]
+struct Functions {
+    /// The server has none for this store (before 7.0, or a user not allowed them): scripts.
+    unavailable: AtomicBool,
+    /// A `FUNCTION LOAD` is on its way: one at a time.
+    loading: AtomicBool,
 }
 
 /// How commands reach Redis.
@@ -37,6 +48,7 @@ impl Connection {
         Self {
             link,
             batches: Arc::default(),
+            functions: Arc::default(),
             timeout,
         }
     }
@@ -89,18 +101,71 @@ impl Connection {
         Ok(replies)
     }
 
+    /// Calls the library's function for `entries`. Where Redis lacks the library (a new
+    /// server, a restart, a `FUNCTION FLUSH`, a node the slot just moved to) the call goes by
+    /// the script while the library is loaded beside it; where Redis has no functions, by the
+    /// script from then on. A script goes by `EVALSHA`, and by its source after `NOSCRIPT`:
+    /// a library that cannot be loaded (a server out of memory) costs a check one more round
+    /// trip, never its source sent again.
     async fn eval_script<T: redis::FromRedisValue>(
         &self,
         entries: &[&Entry],
     ) -> Result<T, StoreError> {
         let entries = || entries.iter().copied();
-        match self.send(&batch_command(entries(), true)).await? {
+        if !self.functions.unavailable.load(Ordering::Relaxed) {
+            match self
+                .send(&batch_command(entries(), Invoke::Function))
+                .await?
+            {
+                Err(error) if function_missing(&error) => self.load_library(),
+                Err(error) if functions_unavailable(&error) => self.no_functions(&error),
+                result => return result.map_err(classify),
+            }
+        }
+        match self.send(&batch_command(entries(), Invoke::Sha)).await? {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.send(&batch_command(entries(), false)).await?
+                self.send(&batch_command(entries(), Invoke::Source)).await?
             }
             result => result,
         }
         .map_err(classify)
+    }
+
+    /// Loads the library, from a task of its own (one at a time, within a second or the
+    /// deadline of a call if longer: Redis compiles it then): the check that found it missing
+    /// does not wait for it. "Already exists" (another gateway loaded it first, or a master of
+    /// a cluster had it) is success.
+    fn load_library(&self) {
+        if self.functions.loading.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        /// Lets the next call load again when this load ends, even if its task never runs to
+        /// its end (a runtime shutting down).
+        struct Loaded(Arc<Functions>);
+        impl Drop for Loaded {
+            fn drop(&mut self) {
+                self.0.loading.store(false, Ordering::Release);
+            }
+        }
+        let this = self.clone();
+        let loaded = Loaded(Arc::clone(&self.functions));
+        tokio::spawn(async move {
+            let _loaded = loaded;
+            let load = LIBRARY.load();
+            let load = this.send::<redis::Value>(&load);
+            let deadline = this.timeout.max(Duration::from_secs(1));
+            if let Ok(Ok(Err(error))) = tokio::time::timeout(deadline, load).await
+                && functions_unavailable(&error)
+            {
+                this.no_functions(&error);
+            }
+        });
+    }
+
+    fn no_functions(&self, error: &RedisError) {
+        if !self.functions.unavailable.swap(true, Ordering::Relaxed) {
+            crate::log::functions_unavailable(error);
+        }
     }
 
     pub(crate) async fn query<T: redis::FromRedisValue>(
@@ -133,6 +198,20 @@ impl Connection {
             }
         })
     }
+}
+
+/// `FCALL` of a function the server does not have: its library is to be loaded.
+fn function_missing(error: &RedisError) -> bool {
+    error.code() == Some("ERR") && error.detail() == Some("Function not found")
+}
+
+/// The server has no functions for this store: an unknown command (a version before 7.0, or a
+/// command renamed away), or one this user may not run.
+fn functions_unavailable(error: &RedisError) -> bool {
+    let detail = error.detail().unwrap_or_default();
+    (error.code() == Some("ERR") && detail.starts_with("unknown command"))
+        || (error.code() == Some("NOPERM")
+            && (detail.contains("'fcall'") || detail.contains("'function")))
 }
 
 fn is_read_only(error: &RedisError) -> bool {

@@ -1,9 +1,17 @@
 //! A Redis [`Store`](ratewarden_core::Store) for [`ratewarden_core`]: the state of every key lives in Redis, so
 //! a fleet of gateways shares one quota.
 //!
-//! - Lua scripts, one per algorithm, mirroring `ratewarden-core`'s integer arithmetic line for line (a
-//!   differential test runs 100,000 random operations per algorithm through both). Scripts run
-//!   by SHA and are reloaded transparently after `SCRIPT FLUSH` or a restart.
+//! - Lua code, one check per algorithm, mirroring `ratewarden-core`'s integer arithmetic line for
+//!   line (a differential test runs 100,000 random operations per algorithm through both). On
+//!   Redis 7.0 and later it is a library of Redis functions, loaded once per server and called
+//!   by `FCALL`: what a script would make again at every call is made once, which cuts what
+//!   Redis spends per call by a quarter to a third (`BENCHMARKS.md`). Where the library is
+//!   missing (a new server, a restart, `FUNCTION FLUSH`, a new cluster node) a check goes by
+//!   the script's source while the library is loaded beside it. A server without functions
+//!   (before 7.0, or a user whose ACL lacks `FCALL` or `FUNCTION`) is served by the same code
+//!   as scripts by SHA, reloaded after `SCRIPT FLUSH`, and a warning is logged once. The
+//!   library is named by a hash of its code, so versions of this crate sharing a server each
+//!   call their own; an old version's library stays until removed (`FUNCTION DELETE`).
 //! - Time is the Redis server's `TIME`, read inside the script: gateways whose clocks disagree
 //!   still share one clock. [`RedisStore::measure_clock_skew`] reports (and past a threshold,
 //!   logs) how far this host's clock is from Redis's.
@@ -23,9 +31,9 @@
 //!   itself (the default, and the faster), or over a `deadpool-redis` pool
 //!   ([`RedisConfig::pool`]), within a deadline ([`RedisConfig::timeout`], 50 ms). A server that
 //!   answers `READONLY` (demoted behind a DNS name or VIP) has its connection replaced.
-//! - Checks that wait together go together: while a script call is in flight on a connection,
-//!   further checks queue, and when it returns they go as one call (up to 128 checks),
-//!   decided in arrival order exactly as if each had gone alone. A check that finds nothing in
+//! - Checks that wait together go together: while four calls are in flight on a connection,
+//!   further checks queue, and when one returns they go as one call (up to 128 checks),
+//!   decided in arrival order exactly as if each had gone alone. A check that finds fewer in
 //!   flight goes at once: no timer, no added latency. On a pool or a cluster each key's state
 //!   has its own queue, so different keys still go in parallel and a batch never spans a slot
 //!   being migrated. In a batch, GCRA checks of one key read its state once and write it once,

@@ -49,6 +49,16 @@ pub(crate) fn replica_not_replaced(error: &RedisError) {
     let _ = error;
 }
 
+/// The server has no Redis functions for this store (a version before 7.0, or a user not
+/// allowed them): checks go by `EVALSHA` from now on (warning, once per store).
+#[inline]
+pub(crate) fn functions_unavailable(error: &RedisError) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(%error, "Redis functions are unavailable: checks go by EVALSHA, which costs Redis more");
+    #[cfg(not(feature = "tracing"))]
+    let _ = error;
+}
+
 #[cfg(all(test, feature = "tracing"))]
 mod tests {
     use std::sync::Arc;
@@ -95,12 +105,13 @@ mod tests {
             super::corrupt_state(b"rl:{i1}:00");
             super::clock_skew(200_000, 100_000);
             super::replica_not_replaced(&redis::RedisError::from(std::io::Error::other("x")));
+            super::functions_unavailable(&redis::RedisError::from(std::io::Error::other("x")));
             super::part_not_started(&super::StoreError::new(
                 ratewarden_core::StoreErrorKind::Timeout,
             ));
         });
         assert_eq!(counts.errors.load(Ordering::Relaxed), 1);
-        assert_eq!(counts.warnings.load(Ordering::Relaxed), 2);
+        assert_eq!(counts.warnings.load(Ordering::Relaxed), 3);
         assert_eq!(counts.debug.load(Ordering::Relaxed), 1);
     }
 }

@@ -22,8 +22,9 @@ const NAME_OVERHEAD: usize = 2 + 2 + 1 + 2 + 2 + 16 + 1 + 16;
 /// Redis Cluster's hash slots.
 const SLOTS: u32 = 16_384;
 
-/// A script: its source (sent with `EVAL` when Redis lacks it) and its SHA-1 (for `EVALSHA`,
-/// the usual path).
+/// A script: its source (sent with `EVAL` when Redis lacks it) and its SHA-1 (for `EVALSHA`).
+/// Scripts are the path for servers without Redis functions (before 7.0, or a user not allowed
+/// them); the library is the usual one.
 pub(crate) struct Lua {
     source: &'static str,
     sha: String,
@@ -38,57 +39,131 @@ impl Lua {
     }
 }
 
-/// A check alone: the prelude and the algorithm's file, with Redis's clock read once.
+/// What every script and the library begin with: Redis's clock, integer division and the
+/// table of checks by algorithm.
+macro_rules! head {
+    () => {
+        concat!(
+            include_str!("lua/clock.lua"),
+            include_str!("lua/arith.lua"),
+            "local run = {}\n"
+        )
+    };
+}
+
+/// An algorithm's check, `run.<letter>(KEYS, ARGV)`: the prelude and the algorithm's file in a
+/// block of their own (see `lua/prelude.lua`).
+macro_rules! algorithm {
+    ($letter:literal, $file:literal) => {
+        concat!(
+            "do\nlocal KEYS, ARGV\n",
+            include_str!("lua/prelude.lua"),
+            include_str!($file),
+            "run.",
+            $letter,
+            " = function(keys, args)\n  KEYS, ARGV = keys, args\n  return main()\nend\nend\n"
+        )
+    };
+}
+
+/// Every algorithm's check and the batch's, `batch(KEYS, ARGV)`.
+macro_rules! every_check {
+    () => {
+        concat!(
+            head!(),
+            algorithm!("g", "lua/gcra.lua"),
+            algorithm!("t", "lua/token_bucket.lua"),
+            algorithm!("f", "lua/fixed_window.lua"),
+            algorithm!("w", "lua/sliding_window.lua"),
+            algorithm!("l", "lua/sliding_log.lua"),
+            include_str!("lua/batch.lua"),
+        )
+    };
+}
+
+/// A check alone by `EVAL`: its algorithm's check only.
 macro_rules! single {
-    ($file:literal) => {
+    ($letter:literal, $file:literal) => {
         LazyLock::new(|| {
             Lua::new(concat!(
-                "local function server_now()\n",
-                "  local time = redis.call('TIME')\n",
-                "  return tonumber(time[1]) * 1000000 + tonumber(time[2])\n",
-                "end\n",
-                include_str!("lua/arith.lua"),
-                include_str!("lua/prelude.lua"),
-                include_str!($file),
+                head!(),
+                algorithm!($letter, $file),
+                "return run.",
+                $letter,
+                "(KEYS, ARGV)\n"
             ))
         })
     };
 }
 
-/// An algorithm's check as a function of a batch (see `lua/batch_head.lua`).
-macro_rules! in_batch {
-    ($letter:literal, $file:literal) => {
-        concat!(
-            "local run_",
-            $letter,
-            " = function(KEYS, ARGV)\n",
-            include_str!("lua/prelude.lua"),
-            include_str!($file),
-            "\nend\n"
-        )
-    };
-}
-
-static GCRA: LazyLock<Lua> = single!("lua/gcra.lua");
-static TOKEN_BUCKET: LazyLock<Lua> = single!("lua/token_bucket.lua");
-static FIXED_WINDOW: LazyLock<Lua> = single!("lua/fixed_window.lua");
-static SLIDING_WINDOW: LazyLock<Lua> = single!("lua/sliding_window.lua");
-static SLIDING_LOG: LazyLock<Lua> = single!("lua/sliding_log.lua");
+static GCRA: LazyLock<Lua> = single!("g", "lua/gcra.lua");
+static TOKEN_BUCKET: LazyLock<Lua> = single!("t", "lua/token_bucket.lua");
+static FIXED_WINDOW: LazyLock<Lua> = single!("f", "lua/fixed_window.lua");
+static SLIDING_WINDOW: LazyLock<Lua> = single!("w", "lua/sliding_window.lua");
+static SLIDING_LOG: LazyLock<Lua> = single!("l", "lua/sliding_log.lua");
 
 /// The script that decides a batch of checks of any algorithms, in order. A check that goes
 /// alone runs its algorithm's own script, which costs Redis less than a batch of one.
-static BATCH: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
-        include_str!("lua/batch_head.lua"),
-        include_str!("lua/arith.lua"),
-        in_batch!("g", "lua/gcra.lua"),
-        in_batch!("t", "lua/token_bucket.lua"),
-        in_batch!("f", "lua/fixed_window.lua"),
-        in_batch!("w", "lua/sliding_window.lua"),
-        in_batch!("l", "lua/sliding_log.lua"),
-        include_str!("lua/batch.lua"),
-    ))
+static BATCH: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(concat!(every_check!(), "return batch(KEYS, ARGV)\n")));
+
+/// The library of Redis functions (7.0 and later): every check and the batch, made once when
+/// the server loads it rather than at every call as a script's are, which halves what Redis
+/// spends on a call of a few checks (BENCHMARKS.md). Named by a hash of its code, so that
+/// versions of this crate that share a server each load and call their own.
+pub(crate) struct Library {
+    /// `#!lua name=...` and the code, for `FUNCTION LOAD`.
+    source: String,
+    /// The functions for a check alone, by algorithm, then the batch's.
+    functions: [String; 6],
+}
+
+pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let code = concat!(every_check!(), include_str!("lua/library.lua"));
+    let name = format!("ratewarden_{}", &redis::Script::new(code).get_hash()[..16]);
+    Library {
+        source: format!("#!lua name={name}\nlocal prefix = '{name}_'\n{code}"),
+        functions: [
+            LETTERS[0], LETTERS[1], LETTERS[2], LETTERS[3], LETTERS[4], "batch",
+        ]
+        .map(|suffix| format!("{name}_{suffix}")),
+    }
 });
+
+impl Library {
+    /// `FUNCTION LOAD` of the library (on a cluster, redis-rs sends it to every master).
+    pub(crate) fn load(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg(&self.source);
+        cmd
+    }
+}
+
+/// How the code names the algorithms (`run[letter]`), in the order of
+/// [`algorithm_index`]; the batch comes after them.
+const LETTERS: [&str; 5] = ["g", "t", "f", "w", "l"];
+const BATCH_INDEX: usize = LETTERS.len();
+
+const fn algorithm_index(algorithm: Algorithm) -> usize {
+    match algorithm {
+        Algorithm::Gcra => 0,
+        Algorithm::TokenBucket => 1,
+        Algorithm::FixedWindow => 2,
+        Algorithm::SlidingWindow => 3,
+        Algorithm::SlidingLog => 4,
+    }
+}
+
+/// How a call names its code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Invoke {
+    /// `FCALL` of the library's function.
+    Function,
+    /// `EVALSHA` of the script.
+    Sha,
+    /// `EVAL` of the script's source.
+    Source,
+}
 
 /// What a script is asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,29 +374,43 @@ enum Arg {
     Text(&'static str),
 }
 
-/// `EVALSHA` (`by_sha`) or `EVAL` over `entries`, decided in their order: one entry by its
-/// algorithm's own script, several by the batch script.
+/// A call over `entries`, decided in their order: one entry by its algorithm's own check,
+/// several by the batch.
 pub(crate) fn batch_command<'a>(
     entries: impl ExactSizeIterator<Item = &'a Entry> + Clone,
-    by_sha: bool,
+    invoke: Invoke,
 ) -> redis::Cmd {
     let alone = entries.len() == 1;
-    let lua = match entries.clone().next() {
-        Some(entry) if alone => match entry.algorithm {
-            Algorithm::Gcra => &*GCRA,
-            Algorithm::TokenBucket => &*TOKEN_BUCKET,
-            Algorithm::FixedWindow => &*FIXED_WINDOW,
-            Algorithm::SlidingWindow => &*SLIDING_WINDOW,
-            _ => &*SLIDING_LOG,
-        },
-        _ => &*BATCH,
+    let code = match entries.clone().next() {
+        Some(entry) if alone => algorithm_index(entry.algorithm),
+        _ => BATCH_INDEX,
     };
-    let mut cmd = redis::cmd(if by_sha { "EVALSHA" } else { "EVAL" });
-    if by_sha {
-        cmd.arg(&lua.sha);
-    } else {
-        cmd.arg(lua.source);
-    }
+    let mut cmd = match invoke {
+        Invoke::Function => {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(&LIBRARY.functions[code]);
+            cmd
+        }
+        Invoke::Sha | Invoke::Source => {
+            let lua = [
+                &GCRA,
+                &TOKEN_BUCKET,
+                &FIXED_WINDOW,
+                &SLIDING_WINDOW,
+                &SLIDING_LOG,
+                &BATCH,
+            ][code];
+            if invoke == Invoke::Sha {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(&lua.sha);
+                cmd
+            } else {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(lua.source);
+                cmd
+            }
+        }
+    };
     cmd.arg(entries.clone().map(Entry::keys).sum::<usize>());
     for entry in entries.clone() {
         cmd.arg(&entry.name);
@@ -353,14 +442,9 @@ pub(crate) fn batch_command<'a>(
         .collect();
     cmd.arg(shapes.len());
     for shape in &shapes {
-        let letter = match shape.algorithm {
-            Algorithm::Gcra => "g",
-            Algorithm::TokenBucket => "t",
-            Algorithm::FixedWindow => "f",
-            Algorithm::SlidingWindow => "w",
-            _ => "l",
-        };
-        cmd.arg(letter).arg(shape.keys()).arg(shape.args.len());
+        cmd.arg(LETTERS[algorithm_index(shape.algorithm)])
+            .arg(shape.keys())
+            .arg(shape.args.len());
         for (index, &arg) in shape.args.iter().enumerate() {
             push(&mut cmd, if index == COST { Arg::Text("") } else { arg });
         }

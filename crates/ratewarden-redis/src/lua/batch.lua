@@ -1,3 +1,18 @@
+-- A batch: `batch(KEYS, ARGV)` decides checks in order, each by its algorithm (`run[letter]`)
+-- on its own keys and arguments as `prelude.lua` describes them. Checks that wait while a call
+-- to Redis is in flight go together in the next call, so that the call's dispatch is paid once
+-- per batch.
+--
+-- KEYS     every check's keys, check after check
+-- ARGV[1]  the number of shapes: what checks share, all their arguments but the cost
+-- then      each shape: its algorithm ('g' GCRA, 't' token bucket, 'f' fixed window, 'w'
+--           sliding window, 'l' sliding log), its number of keys, its number of arguments,
+--           then its arguments (the cost's place, ARGV[2] of a check, left empty)
+-- then      each check: its shape (from 1) and its cost
+-- Returns the checks' replies one after the other, in order, 5 numbers each: a decision as
+-- {outcome, remaining, reset_after_us, retry_after_us, granted * 4 + flag} (the limit, which
+-- the caller knows, left out), a split as {3, parts, split_for_us, epoch, units left}; see
+-- prelude.lua for what each means.
 
 -- The common check, GCRA counting on a key's own counter (no split marker, no part), is decided
 -- here on states read once per batch and written once at its end: a hot key's many checks in
@@ -5,8 +20,8 @@
 -- whatever else (a state that cannot be read, a clock that stepped back, a cost above the
 -- burst) goes to the algorithm's own code, after the key's state is written back.
 
--- Key name -> {TAT, TTL in ms when written since it was read, else nil}.
-local states = {}
+-- Key name -> {TAT, TTL in ms when written since it was read, else nil}; a new table per call.
+local states
 
 local function write_back(name)
   local state = states[name]
@@ -87,68 +102,70 @@ local function gcra_check(name, shape, cost)
   return 0, idiv(horizon - tat, interval), tat - now, new_tat - horizon, 0
 end
 
-local runs = {g = run_g, t = run_t, f = run_f, w = run_w, l = run_l}
-local shapes = {}
-local a = 2
-for i = 1, tonumber(ARGV[1]) do
-  local algorithm = ARGV[a]
-  local nkeys = tonumber(ARGV[a + 1])
-  local nargs = tonumber(ARGV[a + 2])
-  if not runs[algorithm] or not nkeys or not nargs then
-    error('rl: malformed batch')
-  end
-  local args = {unpack(ARGV, a + 3, a + 2 + nargs)}
-  local shape = {run = runs[algorithm], nkeys = nkeys, args = args}
-  if algorithm == 'g' and nkeys == 1 then
-    shape.gcra = gcra_shape(args)
-  end
-  shapes[i] = shape
-  a = a + 3 + nargs
-end
-
-local replies = {}
-local n = 0
-local k = 1
-for c = a, #ARGV, 2 do
-  local shape = shapes[tonumber(ARGV[c])]
-  local cost = tonumber(ARGV[c + 1])
-  if not shape or not cost then
-    error('rl: malformed batch')
-  end
-  local outcome, remaining, reset_after, retry_after, granted
-  if shape.gcra then
-    outcome, remaining, reset_after, retry_after, granted = gcra_check(KEYS[k], shape.gcra, cost)
-  end
-  if outcome then
-    replies[n + 1] = outcome
-    replies[n + 2] = remaining
-    replies[n + 3] = reset_after
-    replies[n + 4] = retry_after
-    replies[n + 5] = granted * 4
-  else
-    write_back(KEYS[k])
-    local args = {unpack(shape.args)}
-    args[2] = ARGV[c + 1]
-    local r = shape.run({unpack(KEYS, k, k + shape.nkeys - 1)}, args)
-    replies[n + 1] = r[1]
-    if r[1] == 3 then
-      -- Split: parts, time left, epoch, units left to the parts.
-      replies[n + 2] = r[2]
-      replies[n + 3] = r[3]
-      replies[n + 4] = r[4]
-      replies[n + 5] = r[5]
-    else
-      -- The limit is the caller's own: left out.
-      replies[n + 2] = r[3]
-      replies[n + 3] = r[4]
-      replies[n + 4] = r[5]
-      replies[n + 5] = r[7] * 4 + r[6]
+local function batch(KEYS, ARGV)
+  states = {}
+  local shapes = {}
+  local a = 2
+  for i = 1, tonumber(ARGV[1]) do
+    local algorithm = ARGV[a]
+    local nkeys = tonumber(ARGV[a + 1])
+    local nargs = tonumber(ARGV[a + 2])
+    if not run[algorithm] or not nkeys or not nargs then
+      error('rl: malformed batch')
     end
+    local args = {unpack(ARGV, a + 3, a + 2 + nargs)}
+    local shape = {run = run[algorithm], nkeys = nkeys, args = args}
+    if algorithm == 'g' and nkeys == 1 then
+      shape.gcra = gcra_shape(args)
+    end
+    shapes[i] = shape
+    a = a + 3 + nargs
   end
-  n = n + 5
-  k = k + shape.nkeys
+
+  local replies = {}
+  local n = 0
+  local k = 1
+  for c = a, #ARGV, 2 do
+    local shape = shapes[tonumber(ARGV[c])]
+    local cost = tonumber(ARGV[c + 1])
+    if not shape or not cost then
+      error('rl: malformed batch')
+    end
+    local outcome, remaining, reset_after, retry_after, granted
+    if shape.gcra then
+      outcome, remaining, reset_after, retry_after, granted = gcra_check(KEYS[k], shape.gcra, cost)
+    end
+    if outcome then
+      replies[n + 1] = outcome
+      replies[n + 2] = remaining
+      replies[n + 3] = reset_after
+      replies[n + 4] = retry_after
+      replies[n + 5] = granted * 4
+    else
+      write_back(KEYS[k])
+      local args = {unpack(shape.args)}
+      args[2] = ARGV[c + 1]
+      local r = shape.run({unpack(KEYS, k, k + shape.nkeys - 1)}, args)
+      replies[n + 1] = r[1]
+      if r[1] == 3 then
+        -- Split: parts, time left, epoch, units left to the parts.
+        replies[n + 2] = r[2]
+        replies[n + 3] = r[3]
+        replies[n + 4] = r[4]
+        replies[n + 5] = r[5]
+      else
+        -- The limit is the caller's own: left out.
+        replies[n + 2] = r[3]
+        replies[n + 3] = r[4]
+        replies[n + 4] = r[5]
+        replies[n + 5] = r[7] * 4 + r[6]
+      end
+    end
+    n = n + 5
+    k = k + shape.nkeys
+  end
+  for name in pairs(states) do
+    write_back(name)
+  end
+  return replies
 end
-for name in pairs(states) do
-  write_back(name)
-end
-return replies

@@ -1,7 +1,11 @@
 -- Fixed window: the state is a hash {w = window index, c = cost admitted in it}.
 -- ARGV[4] period (µs), ARGV[5] limit.
-local period = tonumber(ARGV[4])
-local limit = tonumber(ARGV[5])
+local period, limit
+
+configure = function()
+  period = tonumber(ARGV[4])
+  limit = tonumber(ARGV[5])
+end
 
 -- Spent at `at`: its window is full.
 spend = function(at)
@@ -48,5 +52,3 @@ decide = function(cost, write)
   end
   return {0, limit, remaining, at_least_zero(reset_at - now), at_least_zero(reset_at - now)}
 end
-
-return main()

@@ -1,7 +1,11 @@
 -- GCRA: the state is the theoretical arrival time (a string). ARGV[4] emission interval (µs),
 -- ARGV[5] burst.
-local interval = tonumber(ARGV[4])
-local limit = tonumber(ARGV[5])
+local interval, limit
+
+configure = function()
+  interval = tonumber(ARGV[4])
+  limit = tonumber(ARGV[5])
+end
 
 -- `units` left at `at`.
 seed = function(at, units)
@@ -56,5 +60,3 @@ decide = function(cost, write)
   end
   return {0, limit, idiv(at_least_zero(horizon - tat), interval), tat - now, new_tat - horizon}
 end
-
-return main()

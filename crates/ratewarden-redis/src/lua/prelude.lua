@@ -1,5 +1,6 @@
--- One check, as `batch.lua` runs it: the body of a function of (KEYS, ARGV), one per algorithm,
--- which the algorithm's file completes. Mirrors ratewarden-core's algorithms line for line, in
+-- One check: the functions of an algorithm's check, which the algorithm's file completes, in a
+-- block of their own with `KEYS` and `ARGV` as its locals (see src/script.rs); `main` decides
+-- the check they hold. Mirrors ratewarden-core's algorithms line for line, in
 -- integer microseconds; every number stays below 2^53, where Lua's doubles are exact.
 --
 -- KEYS[1]  the key holding the state
@@ -25,20 +26,28 @@
 -- {3, parts, split_for_us, epoch, units left to the parts (a new split) or 0, 0, 0}); flag 1
 -- when the state was corrupt and was replaced by a spent one, 2 when it was corrupt and left
 -- alone (a peek); granted the units counted.
-local key = KEYS[1]
-local marker = KEYS[2]
-local now
--- A test that passes its own time moves it faster than real time, so real TTLs would expire
--- its state early: its keys get a day.
-local test_time = ARGV[3] ~= ''
-if not test_time then
-  now = server_now()
-else
-  now = tonumber(ARGV[3])
+-- The check's own values, set by `begin` at each call: the functions below are made once (when
+-- Redis loads the library, or once per `EVAL`), not at every check.
+local key, marker, now, test_time, absent_spent, keep_for, split_slack
+-- Set by each algorithm: configure(), which reads its figures from ARGV.
+local configure
+
+local function begin()
+  key = KEYS[1]
+  marker = KEYS[2]
+  -- A test that passes its own time moves it faster than real time, so real TTLs would
+  -- expire its state early: its keys get a day.
+  test_time = ARGV[3] ~= ''
+  if not test_time then
+    now = server_now()
+  else
+    now = tonumber(ARGV[3])
+  end
+  absent_spent = ARGV[6] == 'e'
+  keep_for = tonumber(ARGV[7]) or 0
+  split_slack = tonumber(ARGV[8]) or 0
+  configure()
 end
-local absent_spent = ARGV[6] == 'e'
-local keep_for = tonumber(ARGV[7]) or 0
-local split_slack = tonumber(ARGV[8]) or 0
 
 local function at_least_zero(x)
   if x < 0 then
@@ -150,6 +159,7 @@ local function split_reply(parts, until_us, epoch, left)
 end
 
 local function main()
+  begin()
   local mode = ARGV[1]
   local cost = tonumber(ARGV[2])
   if mode == 'i' then

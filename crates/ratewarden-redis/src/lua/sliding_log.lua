@@ -1,7 +1,11 @@
 -- Sliding window log: the state is a list of admission times (µs), oldest first, one per unit
 -- of cost, never longer than the limit. ARGV[4] period (µs), ARGV[5] limit.
-local period = tonumber(ARGV[4])
-local limit = tonumber(ARGV[5])
+local period, limit
+
+configure = function()
+  period = tonumber(ARGV[4])
+  limit = tonumber(ARGV[5])
+end
 
 -- Spent at `at`: the log is full of `at`.
 spend = function(at)
@@ -77,5 +81,3 @@ decide = function(cost, write)
   local entry = number(entries[first + len + cost - limit - 1])
   return {0, limit, remaining, expires_after, at_least_zero(entry + period - now)}
 end
-
-return main()

@@ -1,7 +1,11 @@
 -- Sliding window counter: the state is a hash {w = window index, c = current, p = previous}.
 -- ARGV[4] period (µs), ARGV[5] limit.
-local period = tonumber(ARGV[4])
-local limit = tonumber(ARGV[5])
+local period, limit
+
+configure = function()
+  period = tonumber(ARGV[4])
+  limit = tonumber(ARGV[5])
+end
 
 local function forgotten_at(window, current, previous)
   if current > 0 then
@@ -84,5 +88,3 @@ decide = function(cost, write)
   end
   return {0, limit, remaining, reset_after, at_least_zero(allowed_at - now)}
 end
-
-return main()

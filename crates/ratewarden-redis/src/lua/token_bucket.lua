@@ -1,7 +1,11 @@
 -- Token bucket: the state is a hash {u = tokens used, l = when the next refill counts from}.
 -- ARGV[4] refill interval per token (µs), ARGV[5] capacity.
-local interval = tonumber(ARGV[4])
-local capacity = tonumber(ARGV[5])
+local interval, capacity
+
+configure = function()
+  interval = tonumber(ARGV[4])
+  capacity = tonumber(ARGV[5])
+end
 
 -- `units` left at `at`.
 seed = function(at, units)
@@ -76,5 +80,3 @@ decide = function(cost, write)
   local allowed_at = last + (used + cost - capacity) * interval
   return {0, capacity, remaining, at_least_zero(last + used * interval - now), at_least_zero(allowed_at - now)}
 end
-
-return main()
