@@ -21,7 +21,9 @@ if [ "${2:-}" = "--cluster" ]; then
 fi
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 dir=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >/dev/null &
+# REDIS_ARGS: more redis-server arguments (a server without functions: see BENCHMARKS.md).
+# shellcheck disable=SC2086
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" ${REDIS_ARGS:-} >/dev/null &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done

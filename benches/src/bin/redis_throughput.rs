@@ -201,17 +201,19 @@ impl Stats {
         Ok(())
     }
 
-    /// The script calls (`EVALSHA` and `EVAL`) since the reset, and the microseconds of CPU
-    /// they took.
+    /// The calls of scripts and functions (`FCALL`, `EVALSHA` and `EVAL`) since the reset, and
+    /// the microseconds of CPU they took.
     fn scripts(&self) -> redis::RedisResult<(u64, u64)> {
         let (mut calls, mut usec) = (0, 0);
         for client in &self.0 {
             let info: String = redis::cmd("INFO")
                 .arg("commandstats")
                 .query(&mut client.get_connection()?)?;
-            let lines = info
-                .lines()
-                .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"));
+            let lines = info.lines().filter(|l| {
+                ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+                    .iter()
+                    .any(|stat| l.starts_with(stat))
+            });
             for line in lines {
                 let field = |name: &str| -> u64 {
                     line.split(name)
