@@ -21,10 +21,10 @@ algorithms = [("g", "gcra"), ("t", "token_bucket"), ("f", "fixed_window"),
 def block(letter, name):
     return ("do\nlocal KEYS, ARGV\n" + read("prelude.lua") + read(name + ".lua")
             + f"run.{letter} = function(keys, args)\n  KEYS, ARGV = keys, args\n  return main()\nend\nend\n")
-head = read("clock.lua") + read("arith.lua") + "local run = {}\n"
+head = read("clock.lua") + read("arith.lua") + read("reply.lua") + "local run = {}\n"
 every = head + "".join(block(l, n) for l, n in algorithms) + read("batch.lua")
-open(f"{out}/single.lua", "w").write(head + block("g", "gcra") + "return run.g(KEYS, ARGV)\n")
-open(f"{out}/batch.lua", "w").write(every + "return batch(KEYS, ARGV)\n")
+open(f"{out}/single.lua", "w").write(head + block("g", "gcra") + "return alone(run.g(KEYS, ARGV))\n")
+open(f"{out}/batch.lua", "w").write(every + "return packed(batch(KEYS, ARGV))\n")
 body = every + read("library.lua")
 name = "ratewarden_" + hashlib.sha1(body.encode()).hexdigest()[:16]
 open(f"{out}/library.lua", "w").write(f"#!lua name={name}\nlocal prefix = '{name}_'\n" + body)

@@ -18,7 +18,7 @@ use ratewarden_core::{StoreError, StoreErrorKind};
 use tokio::sync::oneshot;
 
 use crate::connection::Connection;
-use crate::script::Entry;
+use crate::script::{Entry, Numbers};
 
 /// The most checks one call decides: a script runs alone on its node, so a batch's run time
 /// is bounded (about a millisecond at most); more wait for the next call.
@@ -33,7 +33,7 @@ pub(crate) const MAX_BATCH: usize = 128;
 const MAX_IN_FLIGHT: u8 = 4;
 
 /// A check's reply, or why it has none.
-type Reply = Result<Vec<i64>, StoreError>;
+type Reply = Result<Numbers, StoreError>;
 
 /// The queues of a connection, by the node or key their checks go to (see
 /// [`Connection::eval`]); a queue exists while a call of it is in flight.
@@ -75,8 +75,8 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
             // Whether this call returns or is dropped (its deadline), the checks that queued
             // behind it go next.
             let _next = Next { connection, queue };
-            let mut replies = connection.eval_batch(&[&entry]).await?;
-            replies.pop().ok_or_else(missing_reply)
+            let replies = connection.eval_batch(&[&entry]).await?;
+            replies.iter().next().ok_or_else(missing_reply)
         }
         Err(receive) => receive.await.unwrap_or_else(|_| Err(missing_reply())),
     }
@@ -146,12 +146,12 @@ impl Sending {
                 let error = StoreError::with_source(StoreErrorKind::Timeout, elapsed);
                 fail(batch, &error);
             }
-            Ok(Ok(replies)) if replies.len() == batch.len() => {
-                for (waiting, reply) in batch.into_iter().zip(replies) {
+            Ok(Ok(replies)) => {
+                // As many as the checks (`Replies::new`).
+                for (waiting, reply) in batch.into_iter().zip(replies.iter()) {
                     let _ = waiting.reply.send(Ok(reply));
                 }
             }
-            Ok(Ok(_)) => fail(batch, &missing_reply()),
             Ok(Err(error)) => fail(batch, &error),
         }
     }

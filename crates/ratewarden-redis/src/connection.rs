@@ -14,7 +14,7 @@ use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use crate::batch::Batches;
 use crate::error::classify;
-use crate::script::{BATCH_REPLY_LEN, Call, Entry, Invoke, LIBRARY, batch_command};
+use crate::script::{Call, Entry, Invoke, LIBRARY, Numbers, Replies, batch_command};
 
 /// Where commands go, and the checks waiting to go together (see [`crate::batch`]).
 #[derive(Clone)]
@@ -67,7 +67,7 @@ impl Connection {
         prefix: &str,
         key: &Key,
         call: &Call<'_>,
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<Numbers, StoreError> {
         let entry = call.entry(prefix, key);
         let queue = match self.link {
             Link::Single(_) => 0,
@@ -76,29 +76,16 @@ impl Connection {
         crate::batch::run(self, queue, entry).await
     }
 
-    /// Runs `entries` in one script call: by SHA, and by source when Redis lacks the script
-    /// (after a restart, a `SCRIPT FLUSH`, or on a cluster node the slot just moved to).
-    /// `EVAL` caches the script, so the next call is by SHA again. One reply per entry.
-    pub(crate) async fn eval_batch(&self, entries: &[&Entry]) -> Result<Vec<Vec<i64>>, StoreError> {
-        if let [entry] = entries {
-            // Alone: its algorithm's own script, which replies with one decision.
-            return Ok(vec![self.eval_script(&[*entry]).await?]);
-        }
-        // Several: their replies one after the other, each as few numbers as it needs.
-        let replies: Vec<i64> = self.eval_script(entries).await?;
-        let mut chunks = replies.chunks_exact(BATCH_REPLY_LEN);
-        let replies = entries
-            .iter()
-            .zip(&mut chunks)
-            .map(|(entry, reply)| entry.full_reply(reply))
-            .collect::<Vec<_>>();
-        if replies.len() != entries.len() || !chunks.remainder().is_empty() {
-            return Err(StoreError::with_source(
+    /// Runs `entries` in one call, decided in their order: one entry by its algorithm's own
+    /// check, several by the batch. Their replies, one per entry.
+    pub(crate) async fn eval_batch(&self, entries: &[&Entry]) -> Result<Replies, StoreError> {
+        match self.eval_script(entries).await? {
+            redis::Value::BulkString(bytes) => Replies::new(bytes, entries.len()),
+            other => Err(StoreError::with_source(
                 StoreErrorKind::Script,
-                "a batch's replies do not match its checks",
-            ));
+                format!("unexpected script reply {other:?}"),
+            )),
         }
-        Ok(replies)
     }
 
     /// Calls the library's function for `entries`. Where Redis lacks the library (a new
@@ -107,10 +94,7 @@ impl Connection {
     /// script from then on. A script goes by `EVALSHA`, and by its source after `NOSCRIPT`:
     /// a library that cannot be loaded (a server out of memory) costs a check one more round
     /// trip, never its source sent again.
-    async fn eval_script<T: redis::FromRedisValue>(
-        &self,
-        entries: &[&Entry],
-    ) -> Result<T, StoreError> {
+    async fn eval_script(&self, entries: &[&Entry]) -> Result<redis::Value, StoreError> {
         let entries = || entries.iter().copied();
         if !self.functions.unavailable.load(Ordering::Relaxed) {
             match self

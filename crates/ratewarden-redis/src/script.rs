@@ -39,13 +39,14 @@ impl Lua {
     }
 }
 
-/// What every script and the library begin with: Redis's clock, integer division and the
-/// table of checks by algorithm.
+/// What every script and the library begin with: Redis's clock, integer division, the
+/// reply's packing and the table of checks by algorithm.
 macro_rules! head {
     () => {
         concat!(
             include_str!("lua/clock.lua"),
             include_str!("lua/arith.lua"),
+            include_str!("lua/reply.lua"),
             "local run = {}\n"
         )
     };
@@ -88,9 +89,9 @@ macro_rules! single {
             Lua::new(concat!(
                 head!(),
                 algorithm!($letter, $file),
-                "return run.",
+                "return alone(run.",
                 $letter,
-                "(KEYS, ARGV)\n"
+                "(KEYS, ARGV))\n"
             ))
         })
     };
@@ -104,8 +105,12 @@ static SLIDING_LOG: LazyLock<Lua> = single!("l", "lua/sliding_log.lua");
 
 /// The script that decides a batch of checks of any algorithms, in order. A check that goes
 /// alone runs its algorithm's own script, which costs Redis less than a batch of one.
-static BATCH: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(concat!(every_check!(), "return batch(KEYS, ARGV)\n")));
+static BATCH: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        every_check!(),
+        "return packed(batch(KEYS, ARGV))\n"
+    ))
+});
 
 /// The library of Redis functions (7.0 and later): every check and the batch, made once when
 /// the server loads it rather than at every call as a script's are, which halves what Redis
@@ -320,24 +325,6 @@ impl Entry {
         foldhash::fast::FixedState::default().hash_one(&self.name)
     }
 
-    /// A check's reply in a batch (see `lua/batch_head.lua`) as a script answers a check
-    /// alone: the limit put back, the flag and the units granted apart.
-    pub(crate) fn full_reply(&self, batch: &[i64]) -> Vec<i64> {
-        match *batch {
-            [3, parts, split_for, epoch, left] => vec![3, parts, split_for, epoch, left, 0, 0],
-            [outcome, remaining, reset, retry, granted_flag] => {
-                let limit = match self.args.get(LIMIT) {
-                    Some(&Arg::Number(limit)) => i64::try_from(limit).unwrap_or(-1),
-                    _ => -1,
-                };
-                let (granted, flag) = (granted_flag.div_euclid(4), granted_flag.rem_euclid(4));
-                vec![outcome, limit, remaining, reset, retry, flag, granted]
-            }
-            // Read as a bad reply.
-            _ => Vec::new(),
-        }
-    }
-
     fn keys(&self) -> usize {
         1 + usize::from(self.marker.is_some())
     }
@@ -354,11 +341,57 @@ impl Entry {
 
 /// Where a check's arguments hold its cost (`ARGV[2]`).
 const COST: usize = 1;
-/// Where a check's arguments hold its limit (`ARGV[5]`).
-const LIMIT: usize = 4;
+/// How many numbers a call replies per check (see `lua/reply.lua`).
+const REPLY_LEN: usize = 5;
 
-/// How many numbers a batch replies per check.
-pub(crate) const BATCH_REPLY_LEN: usize = 5;
+/// A check's reply as a call sends it (see `lua/reply.lua`); [`Reply::parse`] reads it.
+pub(crate) type Numbers = [i64; REPLY_LEN];
+
+/// The reply of a call: [`REPLY_LEN`] numbers per check, as 8-byte little-endian doubles.
+#[derive(Debug)]
+pub(crate) struct Replies(Vec<u8>);
+
+impl Replies {
+    /// The reply of a call over `checks` checks, if it holds their numbers. A number that is
+    /// no integer below 2^53 (which the scripts never send) reads as -1, which
+    /// [`Reply::parse`] refuses.
+    pub(crate) fn new(bytes: Vec<u8>, checks: usize) -> Result<Self, StoreError> {
+        if bytes.len() == checks * REPLY_LEN * 8 {
+            Ok(Self(bytes))
+        } else {
+            Err(StoreError::with_source(
+                StoreErrorKind::Script,
+                format!(
+                    "a reply of {} bytes to {checks} checks, {} expected",
+                    bytes.len(),
+                    checks * REPLY_LEN * 8
+                ),
+            ))
+        }
+    }
+
+    /// Each check's numbers, in order.
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = Numbers> + '_ {
+        self.0.chunks_exact(REPLY_LEN * 8).map(|check| {
+            let mut numbers = [0; REPLY_LEN];
+            for (number, bytes) in numbers.iter_mut().zip(check.chunks_exact(8)) {
+                let mut double = [0; 8];
+                double.copy_from_slice(bytes);
+                let double = f64::from_le_bytes(double);
+                // Exact integers only: 2^53 = 9,007,199,254,740,992.
+                *number = if double.fract() == 0.0 && double.abs() < 9_007_199_254_740_992.0 {
+                    #[allow(clippy::cast_possible_truncation)] // integral and below 2^53
+                    {
+                        double as i64
+                    }
+                } else {
+                    -1
+                };
+            }
+            numbers
+        })
+    }
+}
 
 fn push(cmd: &mut redis::Cmd, arg: Arg) {
     match arg {
@@ -632,17 +665,16 @@ pub(crate) enum Reply {
 }
 
 impl Reply {
-    /// Reads a script's reply; anything else than what the scripts send is an error.
-    pub(crate) fn parse(reply: &[i64]) -> Result<Self, StoreError> {
+    /// Reads a check's reply, for a check whose limit is `limit` (which the reply leaves
+    /// out); anything else than what the scripts send is an error.
+    pub(crate) fn parse(reply: &Numbers, limit: u64) -> Result<Self, StoreError> {
         let bad = || {
             StoreError::with_source(
                 StoreErrorKind::Script,
                 format!("unexpected script reply {reply:?}"),
             )
         };
-        let &[outcome, a, b, c, d, flag, granted] = reply else {
-            return Err(bad());
-        };
+        let [outcome, a, b, c, d] = *reply;
         let unsigned = |n: i64| u64::try_from(n).map_err(|_| bad());
         if outcome == 3 {
             let parts = u32::try_from(a).map_err(|_| bad())?;
@@ -662,11 +694,13 @@ impl Reply {
             });
         }
         let info = Info::new(
+            limit,
             unsigned(a)?,
-            unsigned(b)?,
+            Duration::from_micros(unsigned(b)?),
             Duration::from_micros(unsigned(c)?),
-            Duration::from_micros(unsigned(d)?),
         );
+        // The units granted, and the flag (0 to 2).
+        let (granted, flag) = (unsigned(d)? / 4, d % 4);
         let decision = match outcome {
             1 => Decision::Allowed(info),
             0 => Decision::Denied(info),
@@ -691,7 +725,7 @@ mod tests {
 
     #[test]
     fn a_split_epoch_no_timestamp_can_hold_is_a_bad_reply() {
-        let split = |epoch: i64| Reply::parse(&[3, 8, 1_000_000, epoch, 0, 0, 0]);
+        let split = |epoch: i64| Reply::parse(&[3, 8, 1_000_000, epoch, 0], 10);
         assert!(split(1_700_000_000_000_000).is_ok());
         assert!(split(i64::MAX).is_err());
     }
@@ -830,39 +864,67 @@ mod tests {
         }
     }
 
+    fn packed(numbers: &[f64]) -> Vec<u8> {
+        numbers.iter().flat_map(|n| n.to_le_bytes()).collect()
+    }
+
     #[test]
-    fn a_batch_reply_reads_as_the_reply_of_a_check_alone() {
-        let quota = Quota::per_second(10).unwrap();
-        let call = Call {
-            quota: &quota,
-            counter: Counter::Whole,
-            mode: Mode::Check,
-            cost: 1,
-            now: None,
-            marker: None,
-            keep_for: Duration::ZERO,
-        };
-        let entry = call.entry("p", &Key::from(1u64));
+    fn a_reply_reads_with_the_callers_limit_and_holds_only_exact_integers() {
         // Granted 3 (a lease), flag 1 (a corrupt state replaced).
+        let replies = Replies::new(packed(&[1.0, 9.0, 100.0, 0.0, 13.0]), 1).unwrap();
+        let [numbers] = replies.iter().collect::<Vec<_>>()[..] else {
+            panic!("one check's numbers");
+        };
+        assert_eq!(numbers, [1, 9, 100, 0, 13]);
         assert_eq!(
-            entry.full_reply(&[1, 9, 100, 0, 3 * 4 + 1]),
-            [1, 10, 9, 100, 0, 1, 3]
+            Reply::parse(&numbers, 10).unwrap(),
+            Reply::Decided {
+                decision: Decision::Allowed(Info::new(
+                    10,
+                    9,
+                    Duration::from_micros(100),
+                    Duration::ZERO
+                )),
+                corrupt: true,
+                granted: 3,
+            }
         );
-        assert_eq!(
-            entry.full_reply(&[3, 8, 1_000, 42, 5]),
-            [3, 8, 1_000, 42, 5, 0, 0]
+        // Two checks: a denial, then a split.
+        let two = Replies::new(
+            packed(&[0.0, 0.0, 5.0, 7.0, 0.0, 3.0, 8.0, 1e3, 42.0, 5.0]),
+            2,
         );
-        for bad in [&[1, 9, 100, 0][..], &[1, 9, 100, 0, 4, 4]] {
-            assert!(Reply::parse(&entry.full_reply(bad)).is_err());
+        let two: Vec<_> = two.unwrap().iter().collect();
+        assert_eq!(two, [[0, 0, 5, 7, 0], [3, 8, 1_000, 42, 5]]);
+        // Lengths that are not the checks' are refused.
+        for (bytes, checks) in [(39, 1), (40, 2), (0, 1), (80, 1)] {
+            let err = Replies::new(vec![0; bytes], checks).unwrap_err();
+            assert_eq!(err.kind(), StoreErrorKind::Script);
+        }
+        // What the scripts never send reads as -1, a bad reply.
+        for odd in [
+            f64::NAN,
+            f64::INFINITY,
+            -f64::INFINITY,
+            1.5,
+            2f64.powi(53),
+            -2f64.powi(60),
+        ] {
+            let replies = Replies::new(packed(&[1.0, odd, 0.0, 0.0, 0.0]), 1).unwrap();
+            let numbers = replies.iter().next().unwrap();
+            assert_eq!(numbers[1], -1, "{odd}");
+            assert!(Reply::parse(&numbers, 10).is_err(), "{odd}");
         }
     }
 
     #[test]
     fn replies_are_checked() {
-        let decided = Reply::parse(&[1, 10, 9, 100, 0, 0, 1]).unwrap();
-        assert!(matches!(decided, Reply::Decided { decision, .. } if decision.is_allowed()));
+        let decided = Reply::parse(&[1, 9, 100, 0, 4], 10).unwrap();
+        assert!(
+            matches!(decided, Reply::Decided { decision, granted: 1, corrupt: false } if decision.is_allowed())
+        );
         assert!(matches!(
-            Reply::parse(&[3, 8, 1_000, 42, 0, 0, 0]).unwrap(),
+            Reply::parse(&[3, 8, 1_000, 42, 0], 10).unwrap(),
             Reply::Split {
                 parts: 8,
                 epoch,
@@ -870,14 +932,16 @@ mod tests {
             } if epoch == Timestamp::from_micros(42)
         ));
         for bad in [
-            &[1, 10, 9, 100, 0, 0][..],
-            &[5, 10, 9, 100, 0, 0, 0],
-            &[1, -1, 9, 100, 0, 0, 0],
-            &[3, 1, 9, 100, 0, 0, 0],
-            &[3, 65, 9, 100, 0, 0, 0],
-            &[],
+            [5, 9, 100, 0, 0],
+            [1, -1, 100, 0, 0],
+            [1, 9, -1, 0, 0],
+            [1, 9, 100, 0, -4],
+            [1, 9, 100, 0, 4 * (i64::from(u32::MAX) + 1)],
+            [3, 1, 9, 100, 0],
+            [3, 65, 9, 100, 0],
+            [3, 8, 9, -1, 0],
         ] {
-            let err = Reply::parse(bad).unwrap_err();
+            let err = Reply::parse(&bad, 10).unwrap_err();
             assert_eq!(err.kind(), StoreErrorKind::Script);
         }
     }

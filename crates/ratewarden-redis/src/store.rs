@@ -12,7 +12,7 @@ use crate::connection::Connection;
 use crate::deny_cache::DenyCache;
 use crate::hot_keys::HotKeyState;
 use crate::lease::Leases;
-use crate::script::{Call, Counter, Mode, Reply, marker_key, state_key};
+use crate::script::{Call, Counter, Mode, Reply, figures, marker_key, state_key};
 use crate::time::between;
 
 /// A [`Store`] in Redis or Redis Cluster; see the [crate docs](crate). Clones share one
@@ -200,17 +200,12 @@ impl RedisStore {
             .collect();
         let entries: Vec<_> = entries.iter().collect();
         let replies = self.within(self.connection.eval_batch(&entries)).await?;
-        if replies.len() != checks.len() {
-            return Err(StoreError::with_source(
-                StoreErrorKind::Script,
-                "a batch's replies do not match its checks",
-            ));
-        }
-        replies
-            .iter()
-            .map(|reply| match Reply::parse(reply)? {
-                Reply::Decided { decision, .. } => Ok(decision),
-                Reply::Split { .. } => Err(unexpected_split()),
+        (replies.iter().zip(checks))
+            .map(|(reply, (_, quota, ..))| {
+                match Reply::parse(&reply, figures(quota, Counter::Whole).1)? {
+                    Reply::Decided { decision, .. } => Ok(decision),
+                    Reply::Split { .. } => Err(unexpected_split()),
+                }
             })
             .collect()
     }
@@ -229,7 +224,8 @@ impl RedisStore {
     /// Runs a script within the deadline, and reads its reply.
     async fn call(&self, key: &Key, call: &Call<'_>) -> Result<Reply, StoreError> {
         let eval = self.connection.eval(&self.prefix, key, call);
-        let reply = Reply::parse(&Box::pin(self.within(eval)).await?)?;
+        let limit = figures(call.quota, call.counter).1;
+        let reply = Reply::parse(&Box::pin(self.within(eval)).await?, limit)?;
         if let Reply::Decided { corrupt: true, .. } = reply {
             let name = state_key(&self.prefix, key, call.quota, call.counter);
             crate::log::corrupt_state(&name);

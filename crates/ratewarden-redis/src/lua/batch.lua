@@ -9,10 +9,8 @@
 --           sliding window, 'l' sliding log), its number of keys, its number of arguments,
 --           then its arguments (the cost's place, ARGV[2] of a check, left empty)
 -- then      each check: its shape (from 1) and its cost
--- Returns the checks' replies one after the other, in order, 5 numbers each: a decision as
--- {outcome, remaining, reset_after_us, retry_after_us, granted * 4 + flag} (the limit, which
--- the caller knows, left out), a split as {3, parts, split_for_us, epoch, units left}; see
--- prelude.lua for what each means.
+-- Returns the checks' replies one after the other, in order, 5 numbers each (see reply.lua),
+-- for `packed` to send.
 
 -- The common check, GCRA counting on a key's own counter (no split marker, no part), is decided
 -- here on states read once per batch and written once at its end: a hot key's many checks in
@@ -145,21 +143,7 @@ local function batch(KEYS, ARGV)
       write_back(KEYS[k])
       local args = {unpack(shape.args)}
       args[2] = ARGV[c + 1]
-      local r = shape.run({unpack(KEYS, k, k + shape.nkeys - 1)}, args)
-      replies[n + 1] = r[1]
-      if r[1] == 3 then
-        -- Split: parts, time left, epoch, units left to the parts.
-        replies[n + 2] = r[2]
-        replies[n + 3] = r[3]
-        replies[n + 4] = r[4]
-        replies[n + 5] = r[5]
-      else
-        -- The limit is the caller's own: left out.
-        replies[n + 2] = r[3]
-        replies[n + 3] = r[4]
-        replies[n + 4] = r[5]
-        replies[n + 5] = r[7] * 4 + r[6]
-      end
+      append_reply(replies, n, shape.run({unpack(KEYS, k, k + shape.nkeys - 1)}, args))
     end
     n = n + 5
     k = k + shape.nkeys
