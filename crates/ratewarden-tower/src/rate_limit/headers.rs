@@ -71,53 +71,130 @@ impl PolicyHeaders {
     /// Writes the headers for `info`, unless a stricter limit (an inner layer's, with fewer
     /// remaining) already wrote them.
     pub(crate) fn apply(&self, headers: &mut HeaderMap, info: &Info) {
+        let (ietf, x) = match self.style {
+            HeaderStyle::Ietf => (true, false),
+            HeaderStyle::XRateLimit => (false, true),
+            HeaderStyle::Both => (true, true),
+            HeaderStyle::None => return,
+        };
         if written_remaining(headers).is_some_and(|previous| previous <= info.remaining()) {
             return;
         }
         let denied = !info.retry_after().is_zero();
-        if matches!(self.style, HeaderStyle::Ietf | HeaderStyle::Both) {
-            let until = if denied {
-                info.retry_after()
-            } else {
-                info.reset_after()
-            };
-            headers.insert(
-                RATELIMIT,
-                self.ratelimit(info.remaining(), ceil_secs(until)),
-            );
-            headers.insert(RATELIMIT_POLICY, self.policy.clone());
+        VALUES.with_borrow_mut(|values| {
+            if ietf {
+                let until = if denied {
+                    info.retry_after()
+                } else {
+                    info.reset_after()
+                };
+                let ratelimit =
+                    values.ratelimit(&self.ratelimit_prefix, info.remaining(), ceil_secs(until));
+                headers.insert(RATELIMIT, ratelimit);
+                headers.insert(RATELIMIT_POLICY, self.policy.clone());
+            }
+            if x {
+                headers.insert(X_LIMIT, self.limit.clone());
+                headers.insert(X_REMAINING, values.remaining(info.remaining()));
+                headers.insert(X_RESET, values.reset_at(info.reset_after()));
+            }
+        });
+    }
+}
+
+thread_local! {
+    /// Where this thread formats header values.
+    static VALUES: RefCell<Values> = RefCell::new(Values::default());
+}
+
+/// The header values that change from response to response: the last of each is kept (a busy
+/// key's count, and the reset's second, change far less often than they are sent, and every
+/// response to a flood of denials carries the same), and the others are cut from a shared
+/// buffer, so that formatting one allocates nothing but, once per [`Values::CHUNK`] bytes,
+/// the next buffer. A buffer is freed when the last value cut from it is dropped.
+#[derive(Default)]
+struct Values {
+    buf: BytesMut,
+    /// `RateLimit`: which policy's prefix (its address), the remaining count and seconds.
+    ratelimit: Option<((usize, u64, u64), HeaderValue)>,
+    /// `X-RateLimit-Remaining`, from [`SMALL_NUMBERS`] up.
+    remaining: Option<(u64, HeaderValue)>,
+    /// `X-RateLimit-Reset`: the UNIX second.
+    reset: Option<(u64, HeaderValue)>,
+}
+
+impl Values {
+    /// Bytes per buffer: about 100 responses' values. Small, so that a value kept long (a
+    /// cached response) holds little memory besides its own.
+    const CHUNK: usize = 4_096;
+    /// Room for the longest value formatted here: a name of 64 bytes (`RateLimitLayer::name`
+    /// keeps no more), quoted, and two 20-digit numbers. (A longer one would still be whole:
+    /// the buffer would grow.)
+    const LONGEST: usize = 128;
+
+    /// `"name";r=REMAINING;t=SECONDS`, of the policy whose prefix (`"name";r=`) is `prefix`.
+    fn ratelimit(&mut self, prefix: &Bytes, remaining: u64, secs: u64) -> HeaderValue {
+        let id = (prefix.as_ptr() as usize, remaining, secs);
+        if let Some((last, value)) = &self.ratelimit
+            && *last == id
+        {
+            return value.clone();
         }
-        if matches!(self.style, HeaderStyle::XRateLimit | HeaderStyle::Both) {
-            headers.insert(X_LIMIT, self.limit.clone());
-            headers.insert(X_REMAINING, remaining(info.remaining()));
-            headers.insert(X_RESET, reset_at(info.reset_after()));
-        }
+        let value = self.cut(|buf| {
+            buf.put_slice(prefix);
+            put_number(buf, remaining);
+            buf.put_slice(b";t=");
+            put_number(buf, secs);
+        });
+        self.ratelimit = Some((id, value.clone()));
+        value
     }
 
-    /// `"name";r=REMAINING;t=SECONDS`, from a per-thread cache of the last value: under a
-    /// flood of denials every response carries the same one.
-    fn ratelimit(&self, remaining: u64, secs: u64) -> HeaderValue {
-        thread_local! {
-            static LAST: RefCell<Option<(usize, u64, u64, HeaderValue)>> = const { RefCell::new(None) };
+    /// `X-RateLimit-Remaining`: small counts from the table.
+    fn remaining(&mut self, n: u64) -> HeaderValue {
+        if n < SMALL_NUMBERS {
+            return number(n);
         }
-        let id = self.ratelimit_prefix.as_ptr() as usize;
-        LAST.with_borrow_mut(|last| {
-            if let Some((i, r, t, value)) = last.as_ref()
-                && (*i, *r, *t) == (id, remaining, secs)
-            {
-                return value.clone();
-            }
-            let mut value = BytesMut::with_capacity(self.ratelimit_prefix.len() + 24);
-            value.put_slice(&self.ratelimit_prefix);
-            value.put_slice(itoa::Buffer::new().format(remaining).as_bytes());
-            value.put_slice(b";t=");
-            value.put_slice(itoa::Buffer::new().format(secs).as_bytes());
-            let value = HeaderValue::from_maybe_shared(value.freeze())
-                .unwrap_or(HeaderValue::from_static(""));
-            *last = Some((id, remaining, secs, value.clone()));
-            value
-        })
+        if let Some((last, value)) = &self.remaining
+            && *last == n
+        {
+            return value.clone();
+        }
+        let value = self.cut(|buf| put_number(buf, n));
+        self.remaining = Some((n, value.clone()));
+        value
     }
+
+    /// `X-RateLimit-Reset`: the UNIX time, in seconds rounded up, `after` from now.
+    fn reset_at(&mut self, after: Duration) -> HeaderValue {
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_add(after);
+        let secs = ceil_secs(at);
+        if let Some((last, value)) = &self.reset
+            && *last == secs
+        {
+            return value.clone();
+        }
+        let value = self.cut(|buf| put_number(buf, secs));
+        self.reset = Some((secs, value.clone()));
+        value
+    }
+
+    /// A value of the bytes `write` puts (visible ASCII, as every value here).
+    fn cut(&mut self, write: impl FnOnce(&mut BytesMut)) -> HeaderValue {
+        if self.buf.capacity() - self.buf.len() < Self::LONGEST {
+            self.buf = BytesMut::with_capacity(Self::CHUNK);
+        }
+        write(&mut self.buf);
+        HeaderValue::from_maybe_shared(self.buf.split().freeze())
+            .unwrap_or(HeaderValue::from_static(""))
+    }
+}
+
+fn put_number(buf: &mut BytesMut, n: u64) {
+    buf.put_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// The remaining count an inner rate-limit layer already wrote, if any.
@@ -162,47 +239,6 @@ pub(crate) fn number(n: u64) -> HeaderValue {
         .and_then(|i| table.get(i))
         .cloned()
         .unwrap_or_else(|| HeaderValue::from(n))
-}
-
-/// `X-RateLimit-Remaining`: small counts from the table, larger ones from a per-thread cache of
-/// the last value (a busy key's count changes far less often than it is sent).
-fn remaining(n: u64) -> HeaderValue {
-    if n < SMALL_NUMBERS {
-        return number(n);
-    }
-    thread_local! {
-        static LAST: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
-    }
-    LAST.with_borrow_mut(|last| match last {
-        Some((cached, value)) if *cached == n => value.clone(),
-        _ => {
-            let fresh = HeaderValue::from(n);
-            *last = Some((n, fresh.clone()));
-            fresh
-        }
-    })
-}
-
-/// `X-RateLimit-Reset`: the UNIX time, in seconds rounded up, `after` from now; formatted at
-/// most once per second per thread.
-fn reset_at(after: Duration) -> HeaderValue {
-    thread_local! {
-        static LAST: RefCell<(u64, Option<HeaderValue>)> = const { RefCell::new((0, None)) };
-    }
-    let at = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .saturating_add(after);
-    let secs = ceil_secs(at);
-    LAST.with_borrow_mut(|(last, value)| match value {
-        Some(value) if *last == secs => value.clone(),
-        _ => {
-            let fresh = HeaderValue::from(secs);
-            *last = secs;
-            *value = Some(fresh.clone());
-            fresh
-        }
-    })
 }
 
 /// Whole seconds, rounded up.
