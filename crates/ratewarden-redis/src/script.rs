@@ -1,7 +1,6 @@
 //! The Lua scripts, how they are called, what they answer, and the layout of the keys they
 //! keep state in.
 
-use std::fmt::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -271,12 +270,11 @@ impl Call<'_> {
         let name = state_key(prefix, key, self.quota, self.counter);
         let marker = self.marker.is_some().then(|| marker_key(&name));
         let (figure, limit) = figures(self.quota, self.counter);
-        let mut args = Vec::with_capacity(11);
+        let mut args = Args::default();
         args.extend([Arg::Text(self.mode.letter()), Arg::Number(self.cost.into())]);
-        args.push(
-            self.now
-                .map_or(Arg::Text(""), |now| Arg::Number(now.as_micros())),
-        );
+        args.extend([self
+            .now
+            .map_or(Arg::Text(""), |now| Arg::Number(now.as_micros()))]);
         args.extend([
             Arg::Number(figure),
             Arg::Number(limit),
@@ -285,7 +283,7 @@ impl Call<'_> {
             Arg::Number(self.marker.map_or(0, micros)),
         ]);
         match self.mode {
-            Mode::Lease { batch } => args.push(Arg::Number(batch.into())),
+            Mode::Lease { batch } => args.extend([Arg::Number(batch.into())]),
             Mode::Split {
                 parts,
                 hold,
@@ -315,7 +313,37 @@ pub(crate) struct Entry {
     algorithm: Algorithm,
     name: Vec<u8>,
     marker: Option<Vec<u8>>,
-    args: Vec<Arg>,
+    args: Args,
+}
+
+/// A check's arguments, in place: a check's are at most 11 (`lua/prelude.lua`).
+#[derive(Clone, Copy, Debug)]
+struct Args {
+    args: [Arg; 11],
+    len: usize,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            args: [Arg::Text(""); 11],
+            len: 0,
+        }
+    }
+}
+
+impl Args {
+    fn extend<const N: usize>(&mut self, args: [Arg; N]) {
+        self.args[self.len..self.len + N].copy_from_slice(&args);
+        self.len += N;
+    }
+}
+
+impl std::ops::Deref for Args {
+    type Target = [Arg];
+    fn deref(&self) -> &[Arg] {
+        &self.args[..self.len]
+    }
 }
 
 impl Entry {
@@ -334,7 +362,7 @@ impl Entry {
         self.algorithm == other.algorithm
             && self.keys() == other.keys()
             && self.args.len() == other.args.len()
-            && (self.args.iter().zip(&other.args).enumerate())
+            && (self.args.iter().zip(other.args.iter()).enumerate())
                 .all(|(i, (a, b))| i == COST || a == b)
     }
 }
@@ -453,7 +481,7 @@ pub(crate) fn batch_command<'a>(
     }
     if alone {
         for entry in entries {
-            for &arg in &entry.args {
+            for &arg in entry.args.iter() {
                 push(&mut cmd, arg);
             }
         }
@@ -533,18 +561,17 @@ pub(crate) fn state_key(prefix: &str, key: &Key, quota: &Quota, counter: Counter
     let tag_start = name.len();
     if let Counter::Part { index, .. } = counter {
         // Digits, then the kind (a letter): the part never runs into the key.
-        let _ = write!(Text(&mut name), "{index}");
+        decimal(&mut name, index);
     }
     let key_start = name.len();
     match key.repr() {
         KeyRepr::Int(n) => {
             name.push(b'i');
-            let _ = write!(Text(&mut name), "{n}");
+            decimal(&mut name, n);
         }
         KeyRepr::Ip(ip) => {
             name.push(b'a');
-            let ip = std::net::Ipv6Addr::from(*ip).to_canonical();
-            let _ = write!(Text(&mut name), "{ip}");
+            push_ip(&mut name, std::net::Ipv6Addr::from(*ip).to_canonical());
         }
         KeyRepr::Bytes(bytes) if bytes.len() <= MAX_NAME_LEN - NAME_OVERHEAD - prefix.len() => {
             name.push(b's');
@@ -625,21 +652,83 @@ fn steer(tag: &[u8], slot: u16) -> [u8; 2] {
     [0, 0]
 }
 
-/// `fmt::Write` into a byte buffer.
-struct Text<'a>(&'a mut Vec<u8>);
+fn decimal(out: &mut Vec<u8>, n: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
 
-impl std::fmt::Write for Text<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
+/// `ip` as its `Display` writes it (RFC 5952 for IPv6: lower-case hex groups without leading
+/// zeros, the longest run of two or more zero groups, the first of equals, as `::`; an
+/// IPv4-mapped address as `::ffff:` and its IPv4 address), without
+/// `fmt`'s machinery: a check makes its key's name each time.
+fn push_ip(out: &mut Vec<u8>, ip: std::net::IpAddr) {
+    let v6 = match ip {
+        std::net::IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                decimal(out, octet);
+            }
+            return;
+        }
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => {
+                out.extend_from_slice(b"::ffff:");
+                return push_ip(out, v4.into());
+            }
+            None => v6.segments(),
+        },
+    };
+    // The longest run of zero groups: (start, len).
+    let (mut longest, mut current) = ((0, 0), (0, 0));
+    for (i, &group) in v6.iter().enumerate() {
+        if group == 0 {
+            if current.1 == 0 {
+                current.0 = i;
+            }
+            current.1 += 1;
+            if current.1 > longest.1 {
+                longest = current;
+            }
+        } else {
+            current = (0, 0);
+        }
+    }
+    let groups = |out: &mut Vec<u8>, groups: &[u16]| {
+        for (i, &group) in groups.iter().enumerate() {
+            if i > 0 {
+                out.push(b':');
+            }
+            let digits = group.to_be_bytes();
+            let hex_digits = [
+                digits[0] >> 4,
+                digits[0] & 0xf,
+                digits[1] >> 4,
+                digits[1] & 0xf,
+            ];
+            let first = hex_digits.iter().position(|&d| d != 0).unwrap_or(3);
+            out.extend(
+                hex_digits[first..]
+                    .iter()
+                    .map(|&d| HEX_DIGITS[usize::from(d)]),
+            );
+        }
+    };
+    if longest.1 > 1 {
+        groups(out, &v6[..longest.0]);
+        out.extend_from_slice(b"::");
+        groups(out, &v6[longest.0 + longest.1..]);
+    } else {
+        groups(out, &v6);
     }
 }
 
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 fn hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for &b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)]);
-        out.push(DIGITS[usize::from(b & 0xf)]);
+        out.push(HEX_DIGITS[usize::from(b >> 4)]);
+        out.push(HEX_DIGITS[usize::from(b & 0xf)]);
     }
 }
 
@@ -861,6 +950,42 @@ mod tests {
                 slots.dedup();
                 assert_eq!(slots.len(), parts as usize);
             }
+        }
+    }
+
+    #[test]
+    fn an_address_is_named_as_its_display_writes_it() {
+        use std::net::{IpAddr, Ipv6Addr};
+        let mut rng = fastrand::Rng::with_seed(12);
+        let named = |ip: IpAddr| {
+            let mut out = Vec::new();
+            push_ip(&mut out, ip);
+            String::from_utf8(out).unwrap()
+        };
+        let fixed = [
+            "::",
+            "::1",
+            "1::",
+            "0.0.0.0",
+            "255.255.255.255",
+            "1:0:0:2::3",
+            "::ffff:0:1",
+        ];
+        for text in fixed {
+            let ip: IpAddr = text.parse().unwrap();
+            assert_eq!(named(ip), ip.to_string());
+        }
+        for _ in 0..100_000 {
+            // Groups that are often zero, so that runs of every length and place occur.
+            let groups: [u16; 8] = std::array::from_fn(|_| match rng.u8(0..4) {
+                0 | 1 => 0,
+                2 => rng.u16(0..16),
+                _ => rng.u16(..),
+            });
+            let v6 = Ipv6Addr::from(groups);
+            assert_eq!(named(IpAddr::V6(v6)), v6.to_string());
+            let v4 = std::net::Ipv4Addr::from(rng.u32(..));
+            assert_eq!(named(IpAddr::V4(v4)), v4.to_string());
         }
     }
 
