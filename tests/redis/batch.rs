@@ -298,6 +298,49 @@ async fn a_call_that_times_out_in_flight_does_not_stall_the_checks_behind_it() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_that_queue_behind_a_frozen_server_are_each_answered_within_their_deadline() {
+    // A queued check has no timer of its own: its batch gives up at the deadline of the first
+    // check it holds. Checks that come one after another while the server is frozen (calls in
+    // flight end at their deadlines, batches behind them are sent then) must each be answered
+    // within their own deadline, never a whole deadline later.
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(100);
+    let store = RedisConfig::new(server.url())
+        .prefix("frozen")
+        .timeout(timeout)
+        .connect()
+        .await
+        .unwrap();
+    let quota = Quota::per_hour(1_000).unwrap();
+    let key = Key::from("frozen");
+    store.check(&key, &quota, 1).await.unwrap();
+    server.freeze();
+    let mut checks = Vec::new();
+    for _ in 0..40 {
+        let (store, key) = (store.clone(), key.clone());
+        checks.push(tokio::spawn(async move {
+            let came = std::time::Instant::now();
+            let result = store.check(&key, &quota, 1).await;
+            (result, came.elapsed())
+        }));
+        tokio::time::sleep(Duration::from_millis(7)).await;
+    }
+    let mut slowest = Duration::ZERO;
+    for check in checks {
+        let (result, took) = check.await.unwrap();
+        assert!(result.unwrap_err().is_timeout());
+        slowest = slowest.max(took);
+    }
+    server.thaw();
+    // A debug build on two shared cores: 40 ms of scheduling margin.
+    assert!(
+        slowest <= timeout + Duration::from_millis(40),
+        "a check took {slowest:?}, its deadline {timeout:?}"
+    );
+    store.check(&key, &quota, 1).await.unwrap();
+}
+
 /// Polls `future` once: whether it is still pending.
 async fn pending_after_one_poll<F: std::future::Future>(
     future: &mut std::pin::Pin<Box<F>>,

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ratewarden_core::{StoreError, StoreErrorKind};
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::connection::Connection;
 use crate::script::{Entry, Numbers};
@@ -53,17 +54,31 @@ struct Queue {
 struct Waiting {
     entry: Entry,
     reply: oneshot::Sender<Reply>,
+    /// When the check came: it is answered within the deadline of a call from then.
+    came: Instant,
 }
 
 /// Runs `entry` on `connection`: at once when fewer than [`MAX_IN_FLIGHT`] calls of its
-/// `queue` are in flight, else with the next batch.
+/// `queue` are in flight, else with the next batch; answered, either way, within the
+/// connection's deadline from now (a [`StoreErrorKind::Timeout`] past it).
+///
+/// The deadline of a check that queues is its batch's, with no timer of its own: a batch
+/// gives up at the deadline of the first check it holds, and goes when a call in flight
+/// ends, which each does by its own deadline. While checks wait, no check goes alone, so
+/// every call in flight holds checks that came before them: a check is answered by its
+/// deadline. (So a check that queued behind slow calls may give up before its own deadline,
+/// at its batch's first check's, never after it.)
 pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Reply {
     let waiting = {
         let mut queues = lock(connection.batches());
         let q = queues.entry(queue).or_default();
         if q.in_flight >= MAX_IN_FLIGHT {
             let (reply, receive) = oneshot::channel();
-            q.waiting.push(Waiting { entry, reply });
+            q.waiting.push(Waiting {
+                entry,
+                reply,
+                came: Instant::now(),
+            });
             Err(receive)
         } else {
             q.in_flight += 1;
@@ -75,7 +90,11 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
             // Whether this call returns or is dropped (its deadline), the checks that queued
             // behind it go next.
             let _next = Next { connection, queue };
-            let replies = connection.eval_batch(&[&entry]).await?;
+            let entries = [&entry];
+            let call = connection.eval_batch(&entries);
+            let replies = tokio::time::timeout(connection.timeout(), call).await;
+            let replies = replies
+                .map_err(|elapsed| StoreError::with_source(StoreErrorKind::Timeout, elapsed))??;
             replies.iter().next().ok_or_else(missing_reply)
         }
         Err(receive) => receive.await.unwrap_or_else(|_| Err(missing_reply())),
@@ -140,7 +159,10 @@ impl Sending {
         let batch = std::mem::take(&mut self.batch);
         let entries: Vec<&Entry> = batch.iter().map(|w| &w.entry).collect();
         let connection = &self.connection;
-        let call = tokio::time::timeout(connection.timeout(), connection.eval_batch(&entries));
+        // The queue goes in order: its first check came first.
+        let deadline =
+            batch.first().map_or_else(Instant::now, |first| first.came) + connection.timeout();
+        let call = tokio::time::timeout_at(deadline, connection.eval_batch(&entries));
         match call.await {
             Err(elapsed) => {
                 let error = StoreError::with_source(StoreErrorKind::Timeout, elapsed);

@@ -221,11 +221,11 @@ impl RedisStore {
         }
     }
 
-    /// Runs a script within the deadline, and reads its reply.
+    /// Runs a script within the deadline (see [`crate::batch::run`]), and reads its reply.
     async fn call(&self, key: &Key, call: &Call<'_>) -> Result<Reply, StoreError> {
         let eval = self.connection.eval(&self.prefix, key, call);
         let limit = figures(call.quota, call.counter).1;
-        let reply = Reply::parse(&Box::pin(self.within(eval)).await?, limit)?;
+        let reply = Reply::parse(&Box::pin(eval).await?, limit)?;
         if let Reply::Decided { corrupt: true, .. } = reply {
             let name = state_key(&self.prefix, key, call.quota, call.counter);
             crate::log::corrupt_state(&name);
