@@ -222,8 +222,8 @@ async fn checks_after_a_script_or_function_flush_are_decided_and_the_library_loa
 }
 
 /// Checks on a server that has no functions for the store go by script, as exactly.
-async fn served_by_scripts(server: &RedisServer, url: String) {
-    let store = config(url).connect().await.unwrap();
+async fn served_by_scripts(server: &RedisServer, config: RedisConfig) {
+    let store = config.connect().await.unwrap();
     every_algorithm_at_once(&store, "no-functions").await;
     let quota = Quota::per_hour(100_000).unwrap();
     let admitted = hammer(&store, &Key::from("scripts"), &[quota]).await;
@@ -234,9 +234,16 @@ async fn served_by_scripts(server: &RedisServer, url: String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_told_not_to_call_functions_is_served_by_scripts() {
+    // Behind a proxy that closes the connection on FCALL, the user turns functions off.
+    let server = RedisServer::start();
+    served_by_scripts(&server, config(server.url()).functions(false)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_functions_is_served_by_scripts() {
     let server = RedisServer::start_without_functions();
-    served_by_scripts(&server, server.url()).await;
+    served_by_scripts(&server, config(server.url())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,7 +264,7 @@ async fn a_user_not_allowed_functions_is_served_by_scripts() {
     let url = server
         .url()
         .replacen("redis://", "redis://scripts:secret@", 1);
-    served_by_scripts(&server, url).await;
+    served_by_scripts(&server, config(url)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

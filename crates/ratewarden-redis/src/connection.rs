@@ -27,7 +27,6 @@ pub(crate) struct Connection {
 }
 
 /// Whether checks go by the library of Redis functions, and whether it is being loaded.
-#[derive(Default)]
 struct Functions {
     /// The server has none for this store (before 7.0, or a user not allowed them): scripts.
     unavailable: AtomicBool,
@@ -44,11 +43,16 @@ pub(crate) enum Link {
 }
 
 impl Connection {
-    pub(crate) fn new(link: Link, timeout: Duration) -> Self {
+    /// A connection over `link` whose calls give up after `timeout`; by Redis functions
+    /// where the server has them, if `functions`, else by scripts.
+    pub(crate) fn new(link: Link, timeout: Duration, functions: bool) -> Self {
         Self {
             link,
             batches: Arc::default(),
-            functions: Arc::default(),
+            functions: Arc::new(Functions {
+                unavailable: AtomicBool::new(!functions),
+                loading: AtomicBool::new(false),
+            }),
             timeout,
         }
     }
@@ -81,10 +85,13 @@ impl Connection {
     pub(crate) async fn eval_batch(&self, entries: &[&Entry]) -> Result<Replies, StoreError> {
         match self.eval_script(entries).await? {
             redis::Value::BulkString(bytes) => Replies::new(bytes, entries.len()),
-            other => Err(StoreError::with_source(
-                StoreErrorKind::Script,
-                format!("unexpected script reply {other:?}"),
-            )),
+            other => {
+                let shown: String = format!("{other:?}").chars().take(200).collect();
+                Err(StoreError::with_source(
+                    StoreErrorKind::Script,
+                    format!("unexpected script reply {shown}"),
+                ))
+            }
         }
     }
 
@@ -189,11 +196,12 @@ fn function_missing(error: &RedisError) -> bool {
     error.code() == Some("ERR") && error.detail() == Some("Function not found")
 }
 
-/// The server has no functions for this store: an unknown command (a version before 7.0, or a
-/// command renamed away), or one this user may not run.
+/// The server has no functions for this store: an unknown command (a version before 7.0, a
+/// command renamed away, a proxy that does not pass it on), or one this user may not run.
 fn functions_unavailable(error: &RedisError) -> bool {
     let detail = error.detail().unwrap_or_default();
-    (error.code() == Some("ERR") && detail.starts_with("unknown command"))
+    (error.code() == Some("ERR")
+        && (detail.starts_with("unknown command") || detail.starts_with("unsupported command")))
         || (error.code() == Some("NOPERM")
             && (detail.contains("'fcall'") || detail.contains("'function")))
 }
