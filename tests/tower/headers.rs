@@ -125,3 +125,49 @@ async fn waiting_retry_after_lets_the_next_request_through() {
         assert_eq!(ok.status(), StatusCode::OK, "after waiting {retry} s");
     }
 }
+
+#[tokio::test]
+async fn each_layer_names_its_own_policy_even_when_its_headers_are_made_per_request() {
+    // Reproduced (attack run): the per-thread cache of the last `RateLimit` value was keyed by
+    // the address of its policy's prefix. The headers of a quota other than a layer's first
+    // are made per request and freed after it, the next layer's landed at the same address,
+    // and 200 of 200 of its responses carried the other layer's name.
+    use tower::ServiceExt;
+    let first = Quota::per_minute(7).unwrap();
+    let per_request = Quota::per_minute(100).unwrap();
+    let policy = move |req: &http::Request<axum::body::Body>| {
+        Some(if req.uri().path() == "/search" {
+            first
+        } else {
+            per_request
+        })
+    };
+    let layer = |name: &str| {
+        let (store, _clock) = manual_store();
+        app().layer(
+            RateLimitLayer::new(store, first, PeerIp::new())
+                .quota_by(policy)
+                .name(name),
+        )
+    };
+    let (alpha, bravo) = (layer("alpha-policy-a"), layer("bravo-policy-b"));
+    let mut seen = Vec::new();
+    for peer in 1..=200u32 {
+        let peer = std::net::SocketAddr::from((std::net::Ipv4Addr::from(0x0a00_0000 + peer), 1000));
+        for app in [&alpha, &bravo] {
+            let mut req = http::Request::get("/")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            let response = app.clone().oneshot(req).await.unwrap();
+            let value = response.headers().get("ratelimit").unwrap().clone();
+            drop(response);
+            seen.push(value);
+        }
+    }
+    for pair in seen.chunks(2) {
+        assert_eq!(pair[0], "\"alpha-policy-a\";r=99;t=1");
+        assert_eq!(pair[1], "\"bravo-policy-b\";r=99;t=1");
+    }
+}

@@ -1,6 +1,7 @@
 //! The rate-limit header fields: [`HeaderStyle`], and their values formatted once per quota.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -46,6 +47,9 @@ pub(crate) struct PolicyHeaders {
     limit: HeaderValue,
     /// `"name";r=`
     ratelimit_prefix: Bytes,
+    /// Which policy headers these are, for the per-thread cache of values: no two are alike,
+    /// even when one is made after another was freed at the same address.
+    id: u64,
 }
 
 impl PolicyHeaders {
@@ -65,6 +69,7 @@ impl PolicyHeaders {
             ratelimit_prefix,
             quota,
             style,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -88,8 +93,7 @@ impl PolicyHeaders {
                 } else {
                     info.reset_after()
                 };
-                let ratelimit =
-                    values.ratelimit(&self.ratelimit_prefix, info.remaining(), ceil_secs(until));
+                let ratelimit = values.ratelimit(self, info.remaining(), ceil_secs(until));
                 headers.insert(RATELIMIT, ratelimit);
                 headers.insert(RATELIMIT_POLICY, self.policy.clone());
             }
@@ -101,6 +105,9 @@ impl PolicyHeaders {
         });
     }
 }
+
+/// The id of the next [`PolicyHeaders`] made.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// Where this thread formats header values.
@@ -115,8 +122,8 @@ thread_local! {
 #[derive(Default)]
 struct Values {
     buf: BytesMut,
-    /// `RateLimit`: which policy's prefix (its address), the remaining count and seconds.
-    ratelimit: Option<((usize, u64, u64), HeaderValue)>,
+    /// `RateLimit`: which policy's (its id), the remaining count and seconds.
+    ratelimit: Option<((u64, u64, u64), HeaderValue)>,
     /// `X-RateLimit-Remaining`, from [`SMALL_NUMBERS`] up.
     remaining: Option<(u64, HeaderValue)>,
     /// `X-RateLimit-Reset`: the UNIX second.
@@ -132,16 +139,16 @@ impl Values {
     /// the buffer would grow.)
     const LONGEST: usize = 128;
 
-    /// `"name";r=REMAINING;t=SECONDS`, of the policy whose prefix (`"name";r=`) is `prefix`.
-    fn ratelimit(&mut self, prefix: &Bytes, remaining: u64, secs: u64) -> HeaderValue {
-        let id = (prefix.as_ptr() as usize, remaining, secs);
+    /// `"name";r=REMAINING;t=SECONDS`, of `policy`.
+    fn ratelimit(&mut self, policy: &PolicyHeaders, remaining: u64, secs: u64) -> HeaderValue {
+        let id = (policy.id, remaining, secs);
         if let Some((last, value)) = &self.ratelimit
             && *last == id
         {
             return value.clone();
         }
         let value = self.cut(|buf| {
-            buf.put_slice(prefix);
+            buf.put_slice(&policy.ratelimit_prefix);
             put_number(buf, remaining);
             buf.put_slice(b";t=");
             put_number(buf, secs);
