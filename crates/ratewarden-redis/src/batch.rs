@@ -10,6 +10,12 @@
 //! check is decided after every check of its key that was answered before it came, as if
 //! each had gone alone. (Checks in calls in flight together were all waiting at once: no
 //! caller can tell their order apart from an order they could have come in.)
+//!
+//! Every check is answered within the connection's deadline from when it came: a check that
+//! goes at once carries its call's deadline, a check that queues has a timer of its own. A
+//! call whose caller stops polling it (its future held, not dropped) keeps its place only
+//! until its deadline: the next check to come takes the place, so one caller's held futures
+//! never stall the other checks of the connection for longer than a deadline.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,7 +37,7 @@ pub(crate) const MAX_BATCH: usize = 128;
 /// checks per call at 64 concurrent checks). See BENCHMARKS.md. Calls in flight together hold
 /// checks that were all waiting at once, any order of which is an order they could have come
 /// in.
-const MAX_IN_FLIGHT: u8 = 4;
+const MAX_IN_FLIGHT: usize = 4;
 
 /// A check's reply, or why it has none.
 type Reply = Result<Numbers, StoreError>;
@@ -45,96 +51,142 @@ pub(crate) struct Batches {
 
 #[derive(Debug, Default)]
 struct Queue {
-    /// Calls of the queue in flight (or about to be sent).
-    in_flight: u8,
+    /// The places of calls in flight: the deadline of the call in each, or `None`.
+    places: [Option<Instant>; MAX_IN_FLIGHT],
     waiting: Vec<Waiting>,
+}
+
+impl Queue {
+    /// A place for a call at `now`: a free one, or one whose call is past its deadline (its
+    /// caller has stopped polling it: its answer, if it ever comes, is too late to wait for).
+    fn free_place(&self, now: Instant) -> Option<usize> {
+        self.places
+            .iter()
+            .position(|place| place.is_none_or(|deadline| deadline <= now))
+    }
+
+    /// The next batch, in `place` until `deadline`: the first checks waiting, but those whose
+    /// callers gave up (their deadline passed, or their future was dropped), which are never
+    /// sent. `None`, and the place freed, when none is left.
+    fn take_batch(&mut self, place: usize, deadline: Instant) -> Option<Vec<Waiting>> {
+        self.waiting.retain(|waiting| !waiting.reply.is_closed());
+        if self.waiting.is_empty() {
+            self.places[place] = None;
+            return None;
+        }
+        self.places[place] = Some(deadline);
+        let rest = self.waiting.split_off(self.waiting.len().min(MAX_BATCH));
+        Some(std::mem::replace(&mut self.waiting, rest))
+    }
 }
 
 #[derive(Debug)]
 struct Waiting {
     entry: Entry,
     reply: oneshot::Sender<Reply>,
-    /// When the check came: it is answered within the deadline of a call from then.
-    came: Instant,
 }
 
 /// Runs `entry` on `connection`: at once when fewer than [`MAX_IN_FLIGHT`] calls of its
-/// `queue` are in flight, else with the next batch; answered, either way, within the
-/// connection's deadline from now (a [`StoreErrorKind::Timeout`] past it).
-///
-/// The deadline of a check that queues is its batch's, with no timer of its own: a batch
-/// gives up at the deadline of the first check it holds, and goes when a call in flight
-/// ends, which each does by its own deadline. While checks wait, no check goes alone, so
-/// every call in flight holds checks that came before them: a check is answered by its
-/// deadline. (So a check that queued behind slow calls may give up before its own deadline,
-/// at its batch's first check's, never after it.)
+/// `queue` are in flight, else with the next batch; answered within the connection's deadline
+/// from now, with a [`StoreErrorKind::Timeout`] past it.
 pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Reply {
-    let waiting = {
+    let now = Instant::now();
+    let deadline = now + connection.timeout();
+    let go = {
         let mut queues = lock(connection.batches());
         let q = queues.entry(queue).or_default();
-        if q.in_flight >= MAX_IN_FLIGHT {
-            let (reply, receive) = oneshot::channel();
-            q.waiting.push(Waiting {
-                entry,
-                reply,
-                came: Instant::now(),
-            });
-            Err(receive)
-        } else {
-            q.in_flight += 1;
-            Ok(entry)
+        match q.free_place(now) {
+            Some(place) if q.waiting.is_empty() => {
+                q.places[place] = Some(deadline);
+                Ok((place, entry))
+            }
+            place => {
+                let (reply, receive) = oneshot::channel();
+                q.waiting.push(Waiting { entry, reply });
+                // A place held past its deadline: the queue goes in it now.
+                let batch = place.and_then(|place| Some((place, q.take_batch(place, deadline)?)));
+                Err((receive, batch))
+            }
         }
     };
-    match waiting {
-        Ok(entry) => {
-            // Whether this call returns or is dropped (its deadline), the checks that queued
-            // behind it go next.
-            let _next = Next { connection, queue };
+    match go {
+        Ok((place, entry)) => {
+            // Whether this call returns or is dropped, the checks that queued behind it go
+            // next (if its place is still its own).
+            let _next = Next {
+                connection,
+                queue,
+                place,
+                deadline,
+            };
             let entries = [&entry];
-            let call = connection.eval_batch(&entries);
-            let replies = tokio::time::timeout(connection.timeout(), call).await;
-            let replies = replies
-                .map_err(|elapsed| StoreError::with_source(StoreErrorKind::Timeout, elapsed))??;
+            let replies = tokio::time::timeout_at(deadline, connection.eval_batch(&entries))
+                .await
+                .map_err(timed_out)??;
             replies.iter().next().ok_or_else(missing_reply)
         }
-        Err(receive) => receive.await.unwrap_or_else(|_| Err(missing_reply())),
+        Err((receive, batch)) => {
+            if let Some((place, batch)) = batch {
+                send(connection, queue, place, deadline, batch);
+            }
+            match tokio::time::timeout_at(deadline, receive).await {
+                Ok(reply) => reply.unwrap_or_else(|_| Err(missing_reply())),
+                Err(elapsed) => Err(timed_out(elapsed)),
+            }
+        }
     }
+}
+
+fn timed_out(elapsed: tokio::time::error::Elapsed) -> StoreError {
+    StoreError::with_source(StoreErrorKind::Timeout, elapsed)
 }
 
 /// On drop (a call ended), sends what waits in the queue (from a task of its own).
 struct Next<'a> {
     connection: &'a Connection,
     queue: u64,
+    place: usize,
+    /// The call's deadline: the place is still the call's while it holds it.
+    deadline: Instant,
 }
 
 impl Drop for Next<'_> {
     fn drop(&mut self) {
-        next(self.connection, self.queue);
+        next(self.connection, self.queue, self.place, self.deadline);
     }
 }
 
-/// A call of `queue` ended: takes the queue's next batch and sends it from a task; forgets
-/// the queue when nothing waits and nothing else is in flight.
-fn next(connection: &Connection, queue: u64) {
+/// The call in `place` of `queue`, due by `deadline`, ended: unless the place was taken from
+/// it (past its deadline), the queue's next batch goes in it, from a task; the queue is
+/// forgotten when nothing waits and nothing is in flight.
+fn next(connection: &Connection, queue: u64, place: usize, deadline: Instant) {
     let batch = {
         let mut queues = lock(connection.batches());
         let Some(q) = queues.get_mut(&queue) else {
             return;
         };
-        if q.waiting.is_empty() {
-            q.in_flight = q.in_flight.saturating_sub(1);
-            if q.in_flight == 0 {
-                queues.remove(&queue);
-            }
+        if q.places[place] != Some(deadline) {
             return;
         }
-        // The call that ended hands its place to the batch.
-        let rest = q.waiting.split_off(q.waiting.len().min(MAX_BATCH));
-        std::mem::replace(&mut q.waiting, rest)
+        let next_deadline = Instant::now() + connection.timeout();
+        let batch = q.take_batch(place, next_deadline);
+        if batch.is_none() && q.places.iter().all(Option::is_none) {
+            queues.remove(&queue);
+        }
+        batch.map(|batch| (batch, next_deadline))
     };
+    if let Some((batch, next_deadline)) = batch {
+        send(connection, queue, place, next_deadline, batch);
+    }
+}
+
+/// Sends `batch`, in `place` of `queue` until `deadline`, from a task of its own.
+fn send(connection: &Connection, queue: u64, place: usize, deadline: Instant, batch: Vec<Waiting>) {
     let sending = Sending {
         connection: connection.clone(),
         queue,
+        place,
+        deadline,
         batch,
     };
     match tokio::runtime::Handle::try_current() {
@@ -151,6 +203,8 @@ fn next(connection: &Connection, queue: u64) {
 struct Sending {
     connection: Connection,
     queue: u64,
+    place: usize,
+    deadline: Instant,
     batch: Vec<Waiting>,
 }
 
@@ -158,16 +212,9 @@ impl Sending {
     async fn send(mut self) {
         let batch = std::mem::take(&mut self.batch);
         let entries: Vec<&Entry> = batch.iter().map(|w| &w.entry).collect();
-        let connection = &self.connection;
-        // The queue goes in order: its first check came first.
-        let deadline =
-            batch.first().map_or_else(Instant::now, |first| first.came) + connection.timeout();
-        let call = tokio::time::timeout_at(deadline, connection.eval_batch(&entries));
+        let call = tokio::time::timeout_at(self.deadline, self.connection.eval_batch(&entries));
         match call.await {
-            Err(elapsed) => {
-                let error = StoreError::with_source(StoreErrorKind::Timeout, elapsed);
-                fail(batch, &error);
-            }
+            Err(elapsed) => fail(batch, &timed_out(elapsed)),
             Ok(Ok(replies)) => {
                 // As many as the checks (`Replies::new`).
                 for (waiting, reply) in batch.into_iter().zip(replies.iter()) {
@@ -185,7 +232,7 @@ impl Drop for Sending {
             std::mem::take(&mut self.batch),
             &StoreError::with_source(StoreErrorKind::Connection, "the batch was never sent"),
         );
-        next(&self.connection, self.queue);
+        next(&self.connection, self.queue, self.place, self.deadline);
     }
 }
 
