@@ -268,6 +268,37 @@ async fn a_user_not_allowed_functions_is_served_by_scripts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_allowed_functions_but_not_scripts_is_served_after_every_function_flush() {
+    // Reproduced (attack run): a check that found the library gone went by EVALSHA while the
+    // library loaded, which this user may not run: 4 of 640 checks failed (NOPERM) per flush,
+    // enough to open a circuit breaker.
+    let server = RedisServer::start();
+    let _: () = server
+        .query(redis::cmd("ACL").arg(&[
+            "SETUSER",
+            "functions",
+            "on",
+            ">secret",
+            "~*",
+            "+@all",
+            "-eval",
+            "-evalsha",
+        ]))
+        .unwrap();
+    let url = server
+        .url()
+        .replacen("redis://", "redis://functions:secret@", 1);
+    let store = config(url).connect().await.unwrap();
+    let quota = Quota::per_hour(100_000).unwrap();
+    for round in 0..4 {
+        let _: () = server.query(redis::cmd("FUNCTION").arg("FLUSH")).unwrap();
+        let admitted = hammer(&store, &Key::from("functions"), &[quota]).await;
+        assert_eq!(admitted, [TASKS * CHECKS_PER_TASK], "round {round}");
+    }
+    every_algorithm_at_once(&store, "functions-only").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_times_out_in_flight_does_not_stall_the_checks_behind_it() {
     let server = RedisServer::start();
     let store = RedisConfig::new(server.url())

@@ -32,6 +32,8 @@ struct Functions {
     unavailable: AtomicBool,
     /// A `FUNCTION LOAD` is on its way: one at a time.
     loading: AtomicBool,
+    /// This user may not run scripts: a missing library is loaded before the check goes.
+    no_scripts: AtomicBool,
 }
 
 /// How commands reach Redis.
@@ -52,6 +54,7 @@ impl Connection {
             functions: Arc::new(Functions {
                 unavailable: AtomicBool::new(!functions),
                 loading: AtomicBool::new(false),
+                no_scripts: AtomicBool::new(false),
             }),
             timeout,
         }
@@ -103,23 +106,49 @@ impl Connection {
     /// trip, never its source sent again.
     async fn eval_script(&self, entries: &[&Entry]) -> Result<redis::Value, StoreError> {
         let entries = || entries.iter().copied();
-        if !self.functions.unavailable.load(Ordering::Relaxed) {
+        let functions = || !self.functions.unavailable.load(Ordering::Relaxed);
+        if functions() {
             match self
                 .send(&batch_command(entries(), Invoke::Function))
                 .await?
             {
-                Err(error) if function_missing(&error) => self.load_library(),
+                // A user not allowed scripts waits for the library instead.
+                Err(error) if function_missing(&error) => {
+                    if self.functions.no_scripts.load(Ordering::Relaxed) {
+                        return self.call_after_loading(entries()).await;
+                    }
+                    self.load_library();
+                }
                 Err(error) if functions_unavailable(&error) => self.no_functions(&error),
                 result => return result.map_err(classify),
             }
         }
-        match self.send(&batch_command(entries(), Invoke::Sha)).await? {
+        let result = match self.send(&batch_command(entries(), Invoke::Sha)).await? {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.send(&batch_command(entries(), Invoke::Source)).await?
             }
             result => result,
+        };
+        match result {
+            Err(error) if functions() && scripts_denied(&error) => {
+                self.functions.no_scripts.store(true, Ordering::Relaxed);
+                self.call_after_loading(entries()).await
+            }
+            result => result.map_err(classify),
         }
-        .map_err(classify)
+    }
+
+    /// Loads the library, and calls its function for `entries`: for a user allowed functions
+    /// but not scripts, when the library is missing. "Already exists" (loaded meanwhile) is
+    /// success.
+    async fn call_after_loading<'a>(
+        &self,
+        entries: impl ExactSizeIterator<Item = &'a Entry> + Clone,
+    ) -> Result<redis::Value, StoreError> {
+        let _: RedisResult<redis::Value> = self.send(&LIBRARY.load()).await?;
+        self.send(&batch_command(entries, Invoke::Function))
+            .await?
+            .map_err(classify)
     }
 
     /// Loads the library, from a task of its own (one at a time, within a second or the
@@ -204,6 +233,12 @@ fn functions_unavailable(error: &RedisError) -> bool {
         && (detail.starts_with("unknown command") || detail.starts_with("unsupported command")))
         || (error.code() == Some("NOPERM")
             && (detail.contains("'fcall'") || detail.contains("'function")))
+}
+
+/// `EVALSHA` or `EVAL` this user may not run.
+fn scripts_denied(error: &RedisError) -> bool {
+    let detail = error.detail().unwrap_or_default();
+    error.code() == Some("NOPERM") && (detail.contains("'evalsha'") || detail.contains("'eval'"))
 }
 
 fn is_read_only(error: &RedisError) -> bool {
