@@ -338,10 +338,10 @@ async fn a_call_that_times_out_in_flight_does_not_stall_the_checks_behind_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checks_that_queue_behind_a_frozen_server_are_each_answered_within_their_deadline() {
-    // A queued check has no timer of its own: its batch gives up at the deadline of the first
-    // check it holds. Checks that come one after another while the server is frozen (calls in
-    // flight end at their deadlines, batches behind them are sent then) must each be answered
-    // within their own deadline, never a whole deadline later.
+    // Checks that come one after another while the server is frozen (calls in flight end at
+    // their deadlines, batches behind them are sent then, with deadlines of their own) must
+    // each be answered within their own deadline, never a whole deadline later. (It failed
+    // when a batch's deadline alone bounded its checks, counted from its sending: 176 ms.)
     let server = RedisServer::start();
     let timeout = Duration::from_millis(100);
     let store = RedisConfig::new(server.url())
