@@ -10,16 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-5}
 shift
-command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
-command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install redis-server" >&2; exit 1; }
-cargo build --release -p benches --bin http_server --quiet
-target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-server=$target/release/http_server
-work=$(mktemp -d)
-pid=""
-redis_pid=""
-trap '[ -n "$pid" ] && { kill $pid 2>/dev/null || true; }; [ -n "$redis_pid" ] && { kill $redis_pid 2>/dev/null || true; }; rm -rf "$work"' EXIT
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# shellcheck source=http_server.sh
+source benches/scripts/http_server.sh
+need wrk wrk
+need redis-server redis-server
+build_http_server
 # user and system ticks of a process
 ticks() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
