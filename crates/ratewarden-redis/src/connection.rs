@@ -103,7 +103,8 @@ impl Connection {
     /// the script while the library is loaded beside it; where Redis has no functions, by the
     /// script from then on. A script goes by `EVALSHA`, and by its source after `NOSCRIPT`:
     /// a library that cannot be loaded (a server out of memory) costs a check one more round
-    /// trip, never its source sent again.
+    /// trip, never its source sent again. A user who may not run scripts loads the missing
+    /// library and calls it instead.
     async fn eval_script(&self, entries: &[&Entry]) -> Result<redis::Value, StoreError> {
         let entries = || entries.iter().copied();
         let functions = || !self.functions.unavailable.load(Ordering::Relaxed);
@@ -112,7 +113,6 @@ impl Connection {
                 .send(&batch_command(entries(), Invoke::Function))
                 .await?
             {
-                // A user not allowed scripts waits for the library instead.
                 Err(error) if function_missing(&error) => {
                     if self.functions.no_scripts.load(Ordering::Relaxed) {
                         return self.call_after_loading(entries()).await;
