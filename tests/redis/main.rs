@@ -4,6 +4,7 @@
 mod batch;
 mod conformance;
 mod differential;
+mod queue;
 mod scale;
 mod server;
 mod tls;

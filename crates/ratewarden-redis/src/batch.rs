@@ -14,11 +14,14 @@
 //! Every check is answered within the connection's deadline from when it came: a check that
 //! goes at once carries its call's deadline, a check that queues has a timer of its own. A
 //! call whose caller stops polling it (its future held, not dropped) keeps its place only
-//! until its deadline: the next check to come takes the place, so one caller's held futures
-//! never stall the other checks of the connection for longer than a deadline.
+//! until its deadline: then the checks waiting (woken at that deadline) or the next to come
+//! take the place, so one caller's held futures never stall the other checks of the
+//! connection for longer than a deadline. A batch runs on the runtime of its first check,
+//! never on one that only handed the place on (another runtime, maybe idle or shutting down).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use ratewarden_core::{StoreError, StoreErrorKind};
 use tokio::sync::oneshot;
@@ -65,6 +68,14 @@ impl Queue {
             .position(|place| place.is_none_or(|deadline| deadline <= now))
     }
 
+    /// When a check waiting here should look again for a place to take, if before `until`:
+    /// the first deadline, after `now`, of a call in flight.
+    fn next_look(&self, now: Instant, until: Instant) -> Instant {
+        (self.places.iter().flatten())
+            .filter(|&&deadline| deadline > now)
+            .fold(until, |first, &deadline| first.min(deadline))
+    }
+
     /// The next batch, in `place` until `deadline`: the first checks waiting, but those whose
     /// callers gave up (their deadline passed, or their future was dropped), which are never
     /// sent. `None`, and the place freed, when none is left.
@@ -84,6 +95,8 @@ impl Queue {
 struct Waiting {
     entry: Entry,
     reply: oneshot::Sender<Reply>,
+    /// The runtime the check waits on, where its batch is sent from if it is the first.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// Runs `entry` on `connection`: at once when fewer than [`MAX_IN_FLIGHT`] calls of its
@@ -91,7 +104,7 @@ struct Waiting {
 /// from now, with a [`StoreErrorKind::Timeout`] past it.
 pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Reply {
     let now = Instant::now();
-    let deadline = now + connection.timeout();
+    let deadline = deadline_after(now, connection.timeout());
     let go = {
         let mut queues = lock(connection.batches());
         let q = queues.entry(queue).or_default();
@@ -102,10 +115,14 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
             }
             place => {
                 let (reply, receive) = oneshot::channel();
-                q.waiting.push(Waiting { entry, reply });
+                q.waiting.push(Waiting {
+                    entry,
+                    reply,
+                    runtime: tokio::runtime::Handle::try_current().ok(),
+                });
                 // A place held past its deadline: the queue goes in it now.
                 let batch = place.and_then(|place| Some((place, q.take_batch(place, deadline)?)));
-                Err((receive, batch))
+                Err((receive, batch, q.next_look(now, deadline)))
             }
         }
     };
@@ -125,16 +142,50 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
                 .map_err(timed_out)??;
             replies.iter().next().ok_or_else(missing_reply)
         }
-        Err((receive, batch)) => {
+        Err((mut receive, batch, mut look)) => {
             if let Some((place, batch)) = batch {
                 send(connection, queue, place, deadline, batch);
             }
-            match tokio::time::timeout_at(deadline, receive).await {
-                Ok(reply) => reply.unwrap_or_else(|_| Err(missing_reply())),
-                Err(elapsed) => Err(timed_out(elapsed)),
+            loop {
+                match tokio::time::timeout_at(look, &mut receive).await {
+                    Ok(reply) => return reply.unwrap_or_else(|_| Err(dropped())),
+                    Err(elapsed) if look >= deadline => return Err(timed_out(elapsed)),
+                    // A call in flight is past its deadline: if checks still wait for its
+                    // place, they go in it now.
+                    Err(_) => look = take_expired_place(connection, queue, deadline),
+                }
             }
         }
     }
+}
+
+/// Sends the checks waiting in `queue` in a place whose call is past its deadline, if there
+/// is one; when to look again, before `until`.
+fn take_expired_place(connection: &Connection, queue: u64, until: Instant) -> Instant {
+    let now = Instant::now();
+    let batch_deadline = deadline_after(now, connection.timeout());
+    let (batch, look) = {
+        let mut queues = lock(connection.batches());
+        let Some(q) = queues.get_mut(&queue) else {
+            return until;
+        };
+        let batch = q
+            .free_place(now)
+            .filter(|_| !q.waiting.is_empty())
+            .and_then(|place| Some((place, q.take_batch(place, batch_deadline)?)));
+        (batch, q.next_look(now, until))
+    };
+    if let Some((place, batch)) = batch {
+        send(connection, queue, place, batch_deadline, batch);
+    }
+    look
+}
+
+/// `timeout` after `now`, or (a deadline too far to name) thirty years after, as tokio's
+/// timeouts do.
+fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400))
 }
 
 fn timed_out(elapsed: tokio::time::error::Elapsed) -> StoreError {
@@ -168,7 +219,7 @@ fn next(connection: &Connection, queue: u64, place: usize, deadline: Instant) {
         if q.places[place] != Some(deadline) {
             return;
         }
-        let next_deadline = Instant::now() + connection.timeout();
+        let next_deadline = deadline_after(Instant::now(), connection.timeout());
         let batch = q.take_batch(place, next_deadline);
         if batch.is_none() && q.places.iter().all(Option::is_none) {
             queues.remove(&queue);
@@ -180,8 +231,13 @@ fn next(connection: &Connection, queue: u64, place: usize, deadline: Instant) {
     }
 }
 
-/// Sends `batch`, in `place` of `queue` until `deadline`, from a task of its own.
+/// Sends `batch`, in `place` of `queue` until `deadline`, from a task of its own on the
+/// runtime of its first check.
 fn send(connection: &Connection, queue: u64, place: usize, deadline: Instant, batch: Vec<Waiting>) {
+    let runtime = match batch.first().and_then(|first| first.runtime.clone()) {
+        Some(runtime) => Ok(runtime),
+        None => tokio::runtime::Handle::try_current(),
+    };
     let sending = Sending {
         connection: connection.clone(),
         queue,
@@ -189,7 +245,7 @@ fn send(connection: &Connection, queue: u64, place: usize, deadline: Instant, ba
         deadline,
         batch,
     };
-    match tokio::runtime::Handle::try_current() {
+    match runtime {
         // Dropped unsent (a runtime shutting down drops the tasks it never ran), it still
         // answers its checks and hands the queue on.
         Ok(runtime) => drop(runtime.spawn(sending.send())),
@@ -210,10 +266,13 @@ struct Sending {
 
 impl Sending {
     async fn send(mut self) {
-        let batch = std::mem::take(&mut self.batch);
-        let entries: Vec<&Entry> = batch.iter().map(|w| &w.entry).collect();
+        let entries: Vec<&Entry> = self.batch.iter().map(|w| &w.entry).collect();
         let call = tokio::time::timeout_at(self.deadline, self.connection.eval_batch(&entries));
-        match call.await {
+        let result = call.await;
+        drop(entries);
+        // Dropped before here (its runtime shutting down), the batch is answered on drop.
+        let batch = std::mem::take(&mut self.batch);
+        match result {
             Err(elapsed) => fail(batch, &timed_out(elapsed)),
             Ok(Ok(replies)) => {
                 // As many as the checks (`Replies::new`).
@@ -245,6 +304,14 @@ fn fail(batch: Vec<Waiting>, error: &StoreError) {
         };
         let _ = waiting.reply.send(Err(copy));
     }
+}
+
+/// The call of a queued check was dropped before Redis answered (its runtime shut down).
+fn dropped() -> StoreError {
+    StoreError::with_source(
+        StoreErrorKind::Connection,
+        "the call was dropped before Redis answered",
+    )
 }
 
 fn missing_reply() -> StoreError {

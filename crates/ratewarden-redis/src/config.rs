@@ -106,6 +106,12 @@ impl RedisConfig {
     /// its checkouts count against the call's [deadline](Self::timeout); creating and recycling a connection at
     /// most the connect timeout. A `max_size` of 0 is taken as 1.
     ///
+    /// A check holds its pooled connection until its call ends: a caller that keeps check
+    /// futures without polling them (nor dropping them) keeps their connections, and
+    /// `max_size` such futures leave none for any other check until they are polled or
+    /// dropped. The multiplexed connection has no such limit: a call held so gives up its place
+    /// at its deadline.
+    ///
     /// A pool is for one server: on a [cluster](Self::cluster) config, where the cluster
     /// client keeps a multiplexed connection per node, [`build`](Self::build) refuses it
     /// ([`ConfigError::PoolOnCluster`]) rather than pool the first node alone.
