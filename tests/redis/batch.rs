@@ -9,6 +9,8 @@ use ratewarden_core::{Algorithm, Key, Quota, Store};
 use ratewarden_redis::{RedisConfig, RedisStore};
 use tests::redis_server::{RedisCluster, RedisServer, command_calls, script_calls};
 
+use crate::{held_in_flight, pending_after_one_poll};
+
 const TASKS: u64 = 64;
 const CHECKS_PER_TASK: u64 = 40;
 
@@ -379,22 +381,6 @@ async fn checks_that_queue_behind_a_frozen_server_are_each_answered_within_their
     store.check(&key, &quota, 1).await.unwrap();
 }
 
-/// Four checks polled once (so four calls are in flight) and then held, unpolled: a
-/// `select!` loop busy in another branch, or a `buffer_unordered` whose consumer awaits
-/// something else, does this.
-async fn held_in_flight(store: &RedisStore, quota: Quota, tag: &str) -> Vec<impl Sized> {
-    let mut held = Vec::new();
-    for i in 0..4 {
-        let (store, key) = (store.clone(), Key::from(format!("{tag}-{i}")));
-        let mut check = Box::pin(async move { store.check(&key, &quota, 1).await });
-        if !pending_after_one_poll(&mut check).await {
-            panic!("check {i} was answered at once: {:?}", check.await);
-        }
-        held.push(check);
-    }
-    held
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checks_held_unpolled_by_one_caller_never_hold_other_checks_past_their_deadline() {
     // Reproduced (attack run): a queued check had no timer of its own, and a call in flight
@@ -410,7 +396,7 @@ async fn checks_held_unpolled_by_one_caller_never_hold_other_checks_past_their_d
         .unwrap();
     let quota = Quota::per_hour(1_000).unwrap();
     store.check(&Key::from("warm"), &quota, 1).await.unwrap();
-    let held = held_in_flight(&store, quota, "held").await;
+    let held = held_in_flight(&store, quota, "held", 4).await;
     // Checks of other keys while the four are held: each answered within its deadline, and
     // once the held calls are past theirs, decided again.
     let mut decided = 0;
@@ -432,13 +418,6 @@ async fn checks_held_unpolled_by_one_caller_never_hold_other_checks_past_their_d
     assert!(decided >= 10, "{decided} of 12 decided");
     drop(held);
     store.check(&Key::from("after"), &quota, 1).await.unwrap();
-}
-
-/// Polls `future` once: whether it is still pending.
-async fn pending_after_one_poll<F: std::future::Future>(
-    future: &mut std::pin::Pin<Box<F>>,
-) -> bool {
-    std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_pending())).await
 }
 
 #[test]

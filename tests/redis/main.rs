@@ -9,6 +9,7 @@ mod scale;
 mod server;
 mod tls;
 
+use ratewarden_core::{Key, Quota, Store};
 use ratewarden_redis::{RedisConfig, RedisStore};
 use tests::redis_server::RedisServer;
 
@@ -21,4 +22,32 @@ async fn store(server: &RedisServer, prefix: &str) -> RedisStore {
         .connect()
         .await
         .unwrap()
+}
+
+/// Polls `future` once: whether it is still pending.
+pub(crate) async fn pending_after_one_poll<F: std::future::Future>(
+    future: &mut std::pin::Pin<Box<F>>,
+) -> bool {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_pending())).await
+}
+
+/// `n` checks polled once (so `n` calls are in flight) and then held, unpolled: a
+/// `select!` loop busy in another branch, or a `buffer_unordered` whose consumer awaits
+/// something else, does this.
+pub(crate) async fn held_in_flight(
+    store: &RedisStore,
+    quota: Quota,
+    tag: &str,
+    n: usize,
+) -> Vec<impl Sized> {
+    let mut held = Vec::new();
+    for i in 0..n {
+        let (store, key) = (store.clone(), Key::from(format!("{tag}-{i}")));
+        let mut check = Box::pin(async move { store.check(&key, &quota, 1).await });
+        if !pending_after_one_poll(&mut check).await {
+            panic!("check {i} was answered at once: {:?}", check.await);
+        }
+        held.push(check);
+    }
+    held
 }

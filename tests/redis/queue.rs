@@ -8,21 +8,32 @@ use ratewarden_core::{Key, Quota, Store};
 use ratewarden_redis::{RedisConfig, RedisStore};
 use tests::redis_server::RedisServer;
 
-async fn pending_after_one_poll<F: std::future::Future>(
-    future: &mut std::pin::Pin<Box<F>>,
-) -> bool {
-    std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_pending())).await
-}
+use crate::{held_in_flight, pending_after_one_poll};
 
-async fn held_in_flight(store: &RedisStore, quota: Quota, tag: &str, n: usize) -> Vec<impl Sized> {
-    let mut held = Vec::new();
-    for i in 0..n {
-        let (store, key) = (store.clone(), Key::from(format!("{tag}-{i}")));
-        let mut check = Box::pin(async move { store.check(&key, &quota, 1).await });
-        assert!(pending_after_one_poll(&mut check).await, "answered at once");
-        held.push(check);
-    }
-    held
+/// A one-worker runtime, and a store on `server` made on it (its connection's driver runs
+/// there), with one check done.
+fn main_runtime_and_store(
+    server: &RedisServer,
+    prefix: &str,
+    timeout: Duration,
+) -> (tokio::runtime::Runtime, RedisStore) {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = main.block_on(async {
+        let store = RedisConfig::new(server.url())
+            .prefix(prefix)
+            .timeout(timeout)
+            .connect()
+            .await
+            .unwrap();
+        let quota = Quota::per_hour(1_000).unwrap();
+        store.check(&Key::from("warm"), &quota, 1).await.unwrap();
+        store
+    });
+    (main, store)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,21 +118,7 @@ fn a_runtime_that_shuts_down_holding_the_places_never_fails_another_runtimes_che
 fn other_runtime_shuts_down(current_thread: bool) {
     let server = RedisServer::start();
     let quota = Quota::per_hour(1_000).unwrap();
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = main.block_on(async {
-        let store = RedisConfig::new(server.url())
-            .prefix("tworuntimes")
-            .timeout(Duration::from_secs(2))
-            .connect()
-            .await
-            .unwrap();
-        store.check(&Key::from("warm"), &quota, 1).await.unwrap();
-        store
-    });
+    let (main, store) = main_runtime_and_store(&server, "tworuntimes", Duration::from_secs(2));
     // The other runtime, on a thread of its own: four checks polled once, then held by tasks
     // that wait for ever.
     let (go, ready) = std::sync::mpsc::channel::<()>();
@@ -204,21 +201,7 @@ fn a_batch_runs_on_its_first_checks_runtime_not_on_an_idle_one_that_handed_it_on
     let server = RedisServer::start();
     let quota = Quota::per_hour(1_000).unwrap();
     let timeout = Duration::from_millis(500);
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = main.block_on(async {
-        let store = RedisConfig::new(server.url())
-            .prefix("idle")
-            .timeout(timeout)
-            .connect()
-            .await
-            .unwrap();
-        store.check(&Key::from("warm"), &quota, 1).await.unwrap();
-        store
-    });
+    let (main, store) = main_runtime_and_store(&server, "idle", timeout);
     let facade = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -301,21 +284,7 @@ fn checks_whose_batch_is_dropped_with_its_runtime_fail_as_timeouts_not_script_er
     let server = RedisServer::start();
     let quota = Quota::per_hour(1_000).unwrap();
     let timeout = Duration::from_millis(300);
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = main.block_on(async {
-        let store = RedisConfig::new(server.url())
-            .prefix("midflight")
-            .timeout(timeout)
-            .connect()
-            .await
-            .unwrap();
-        store.check(&Key::from("warm"), &quota, 1).await.unwrap();
-        store
-    });
+    let (main, store) = main_runtime_and_store(&server, "midflight", timeout);
     let other_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
