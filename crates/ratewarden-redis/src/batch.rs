@@ -1,7 +1,7 @@
 //! Checks that wait together go to Redis together: while four calls of a queue are in flight,
 //! further checks of it queue, and when one returns the queue goes as one call. A check that
-//! finds fewer in flight goes at once: no timer, and no added latency when there is nothing to
-//! batch. On one connection every check shares a queue; on a pool or a cluster
+//! finds fewer in flight goes at once: no batching delay, and no added latency when there is
+//! nothing to batch. On one connection every check shares a queue; on a pool or a cluster
 //! each key's state has a queue of its own, so that calls for different keys still go in
 //! parallel over the pool, and a batch never names keys of a slot that is migrating between
 //! nodes (which Redis refuses, `TRYAGAIN`, until the migration ends).

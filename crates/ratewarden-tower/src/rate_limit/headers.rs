@@ -117,44 +117,28 @@ thread_local! {
 /// The header values that change from response to response: the last of each is kept (a busy
 /// key's count, and the reset's second, change far less often than they are sent, and every
 /// response to a flood of denials carries the same), and the others are cut from a shared
-/// buffer, so that formatting one allocates nothing but, once per [`Values::CHUNK`] bytes,
-/// the next buffer. A buffer is freed when the last value cut from it is dropped.
+/// buffer ([`Buffer`]).
 #[derive(Default)]
 struct Values {
-    buf: BytesMut,
-    /// `RateLimit`: which policy's (its id), the remaining count and seconds.
-    ratelimit: Option<((u64, u64, u64), HeaderValue)>,
+    buf: Buffer,
+    /// `RateLimit`, by policy id, remaining count and seconds.
+    ratelimit: Last<(u64, u64, u64)>,
     /// `X-RateLimit-Remaining`, from [`SMALL_NUMBERS`] up.
-    remaining: Option<(u64, HeaderValue)>,
-    /// `X-RateLimit-Reset`: the UNIX second.
-    reset: Option<(u64, HeaderValue)>,
+    remaining: Last<u64>,
+    /// `X-RateLimit-Reset`, by UNIX second.
+    reset: Last<u64>,
 }
 
 impl Values {
-    /// Bytes per buffer: about 100 responses' values. Small, so that a value kept long (a
-    /// cached response) holds little memory besides its own.
-    const CHUNK: usize = 4_096;
-    /// Room for the longest value formatted here: a name of 64 bytes (`RateLimitLayer::name`
-    /// keeps no more), quoted, and two 20-digit numbers. (A longer one would still be whole:
-    /// the buffer would grow.)
-    const LONGEST: usize = 128;
-
     /// `"name";r=REMAINING;t=SECONDS`, of `policy`.
     fn ratelimit(&mut self, policy: &PolicyHeaders, remaining: u64, secs: u64) -> HeaderValue {
-        let id = (policy.id, remaining, secs);
-        if let Some((last, value)) = &self.ratelimit
-            && *last == id
-        {
-            return value.clone();
-        }
-        let value = self.cut(|buf| {
-            buf.put_slice(&policy.ratelimit_prefix);
-            put_number(buf, remaining);
-            buf.put_slice(b";t=");
-            put_number(buf, secs);
-        });
-        self.ratelimit = Some((id, value.clone()));
-        value
+        self.ratelimit
+            .get_or((policy.id, remaining, secs), &mut self.buf, |buf| {
+                buf.put_slice(&policy.ratelimit_prefix);
+                put_number(buf, remaining);
+                buf.put_slice(b";t=");
+                put_number(buf, secs);
+            })
     }
 
     /// `X-RateLimit-Remaining`: small counts from the table.
@@ -162,14 +146,8 @@ impl Values {
         if n < SMALL_NUMBERS {
             return number(n);
         }
-        if let Some((last, value)) = &self.remaining
-            && *last == n
-        {
-            return value.clone();
-        }
-        let value = self.cut(|buf| put_number(buf, n));
-        self.remaining = Some((n, value.clone()));
-        value
+        self.remaining
+            .get_or(n, &mut self.buf, |buf| put_number(buf, n))
     }
 
     /// `X-RateLimit-Reset`: the UNIX time, in seconds rounded up, `after` from now.
@@ -179,23 +157,62 @@ impl Values {
             .unwrap_or_default()
             .saturating_add(after);
         let secs = ceil_secs(at);
-        if let Some((last, value)) = &self.reset
-            && *last == secs
+        self.reset
+            .get_or(secs, &mut self.buf, |buf| put_number(buf, secs))
+    }
+}
+
+/// The last value of a field, and what it was made from.
+struct Last<K>(Option<(K, HeaderValue)>);
+
+impl<K> Default for Last<K> {
+    fn default() -> Self {
+        Self(None)
+    }
+}
+
+impl<K: PartialEq> Last<K> {
+    /// The value made from `key`: the last one if it was, else the bytes `write` puts, cut
+    /// from `buf`.
+    fn get_or(
+        &mut self,
+        key: K,
+        buf: &mut Buffer,
+        write: impl FnOnce(&mut BytesMut),
+    ) -> HeaderValue {
+        if let Some((last, value)) = &self.0
+            && *last == key
         {
             return value.clone();
         }
-        let value = self.cut(|buf| put_number(buf, secs));
-        self.reset = Some((secs, value.clone()));
+        let value = buf.cut(write);
+        self.0 = Some((key, value.clone()));
         value
     }
+}
+
+/// Header values cut from a shared buffer: a value is a reference into it, so formatting one
+/// allocates nothing but, once per [`Buffer::CHUNK`] bytes, the next buffer. A buffer is freed
+/// when the last value cut from it is dropped.
+#[derive(Default)]
+struct Buffer(BytesMut);
+
+impl Buffer {
+    /// Bytes per buffer: about 100 responses' values. Small, so that a value kept long (a
+    /// cached response) holds little memory besides its own.
+    const CHUNK: usize = 4_096;
+    /// Room for the longest value formatted here: a name of 64 bytes (`RateLimitLayer::name`
+    /// keeps no more), quoted, and two 20-digit numbers. (A longer one would still be whole:
+    /// the buffer would grow.)
+    const LONGEST: usize = 128;
 
     /// A value of the bytes `write` puts (visible ASCII, as every value here).
     fn cut(&mut self, write: impl FnOnce(&mut BytesMut)) -> HeaderValue {
-        if self.buf.capacity() - self.buf.len() < Self::LONGEST {
-            self.buf = BytesMut::with_capacity(Self::CHUNK);
+        if self.0.capacity() - self.0.len() < Self::LONGEST {
+            self.0 = BytesMut::with_capacity(Self::CHUNK);
         }
-        write(&mut self.buf);
-        HeaderValue::from_maybe_shared(self.buf.split().freeze())
+        write(&mut self.0);
+        HeaderValue::from_maybe_shared(self.0.split().freeze())
             .unwrap_or(HeaderValue::from_static(""))
     }
 }
