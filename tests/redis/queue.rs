@@ -8,7 +8,7 @@ use ratewarden_core::{Key, Quota, Store};
 use ratewarden_redis::{RedisConfig, RedisStore};
 use tests::redis_server::RedisServer;
 
-use crate::{held_in_flight, pending_after_one_poll};
+use crate::{held_in_flight, one_in_flight, pending_after_one_poll};
 
 /// A one-worker runtime, and a store on `server` made on it (its connection's driver runs
 /// there), with one check done.
@@ -142,13 +142,12 @@ fn other_runtime_shuts_down(current_thread: bool) {
                 let store = other_store.clone();
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 tokio::spawn(async move {
-                    let key = Key::from(format!("other-{i}"));
-                    let mut check = Box::pin(async move { store.check(&key, &quota, 1).await });
-                    let _ = tx.send(pending_after_one_poll(&mut check).await);
+                    let check = one_in_flight(&store, quota, &format!("other-{i}")).await;
+                    let _ = tx.send(());
                     std::future::pending::<()>().await;
                     drop(check);
                 });
-                assert!(rx.await.unwrap());
+                rx.await.unwrap();
             }
         });
         go.send(()).unwrap();
