@@ -4,16 +4,19 @@
 # checks of one key and of as many keys, a minimal GCRA script and `return 1` (a call's
 # dispatch), each script by EVALSHA and the library's functions by FCALL. Each case runs a
 # redis-server of its own under callgrind, once with N calls of redis-benchmark and once with
-# none; the difference over the checks is the cost of one.
+# none; the difference over the checks is the cost of one. The calls go one at a time, each
+# after the last one's reply, from a small client (below) that can send a batch's binary
+# argument, which redis-benchmark's command line cannot.
 # The scripts are assembled from crates/ratewarden-redis/src/lua as src/script.rs does.
-# Usage: benches/scripts/redis_instructions.sh   (from the workspace root; needs valgrind)
+# Usage: [ROWS=REGEX] benches/scripts/redis_instructions.sh   (from the workspace root; needs
+# valgrind; ROWS keeps the rows whose title matches, e.g. ROWS='batch, one key.*FCALL')
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 - "$work" <<'PY'
-import hashlib, sys
+import hashlib, struct, sys
 out, lua = sys.argv[1], "crates/ratewarden-redis/src/lua/"
 read = lambda name: open(lua + name).read()
 algorithms = [("g", "gcra"), ("t", "token_bucket"), ("f", "fixed_window"),
@@ -28,70 +31,96 @@ open(f"{out}/batch.lua", "w").write(every + "return packed(batch(KEYS, ARGV))\n"
 body = every + read("library.lua")
 name = "ratewarden_" + hashlib.sha1(body.encode()).hexdigest()[:16]
 open(f"{out}/library.lua", "w").write(f"#!lua name={name}\nlocal prefix = '{name}_'\n" + body)
-open(f"{out}/prefix", "w").write(name + "_")
 open(f"{out}/minimal.lua", "w").write(open("benches/lua/minimal_gcra.lua").read())
 open(f"{out}/return1.lua", "w").write("return 1")
+
+# Each row's call, as RESP, in a file of its own: "SCRIPT:NAME" (a function of the library, by
+# FCALL) or "SCRIPT" (by EVALSHA), then its keys and arguments.
+def resp(*args):
+    args = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+def call(script, keys, args):
+    if ":" in script:
+        head = ["FCALL", name + "_" + script.split(":")[1]]
+    else:
+        # As loaded below: `$(cat FILE)` drops the file's last newlines.
+        source = open(f"{out}/{script}").read().rstrip("\n")
+        head = ["EVALSHA", hashlib.sha1(source.encode()).hexdigest()]
+    return resp(*head, len(keys), *keys, *args)
+interval, burst = 1, 1000000
+gcra = ["c", 1, "", interval, burst, "", 0, 0]
+def batch(n, distinct):
+    # One GCRA shape (its cost left empty), then each check: its shape, cost and key (u32 LE).
+    keys = [f"bench:{{k{i}}}" for i in range(1, n + 1)] if distinct else ["bench:{k}"]
+    checks = b"".join(struct.pack("<III", 1, 1, i + 1 if distinct else 1) for i in range(n))
+    return keys, [1, "g", 1, 8, "c", "", "", interval, burst, "", 0, 0, checks]
+rows = [("return 1 (a call's dispatch)", "return1.lua", 1, [], [0]),
+        ("minimal GCRA (TIME, GET, SET PX)", "minimal.lua", 1, ["bench:{k}"], [interval, burst]),
+        ("rl, a check alone (EVALSHA)", "single.lua", 1, ["bench:{k}"], gcra),
+        ("rl, a check alone (FCALL)", "library.lua:g", 1, ["bench:{k}"], gcra),
+        ("rl batch of one check (EVALSHA)", "batch.lua", 1, *batch(1, False)),
+        ("rl batch of one check (FCALL)", "library.lua:batch", 1, *batch(1, False))]
+for n in (8, 32, 64):
+    rows += [("rl batch, one key (EVALSHA)", "batch.lua", n, *batch(n, False)),
+             ("rl batch, one key (FCALL)", "library.lua:batch", n, *batch(n, False)),
+             (f"rl batch, {n} keys (EVALSHA)", "batch.lua", n, *batch(n, True)),
+             (f"rl batch, {n} keys (FCALL)", "library.lua:batch", n, *batch(n, True))]
+with open(f"{out}/rows", "w") as listing:
+    for i, (title, script, per_call, keys, args) in enumerate(rows):
+        open(f"{out}/call{i}", "wb").write(call(script, keys, args))
+        listing.write(f"{title}\t{script}\t{per_call}\t{out}/call{i}\n")
+
+# The client: sends the call in FILE COUNT times to PORT, one at a time, reading each reply.
+open(f"{out}/client.py", "w").write('''
+import socket, sys
+port, count, command = int(sys.argv[1]), int(sys.argv[2]), open(sys.argv[3], "rb").read()
+connection = socket.create_connection(("127.0.0.1", port))
+replies = connection.makefile("rb")
+def reply():
+    line = replies.readline()
+    if line[:1] == b"-":
+        sys.exit("error reply: " + line.decode())
+    if line[:1] == b"$" and int(line[1:]) >= 0:
+        replies.read(int(line[1:]) + 2)
+    if line[:1] == b"*":
+        for _ in range(int(line[1:])):
+            reply()
+for _ in range(count):
+    connection.sendall(command)
+    reply()
+''')
 PY
 
-# instructions SCRIPT CALLS ARGS...: what redis-server executed, start to shutdown. SCRIPT is
-# run by EVALSHA, or, given as library.lua:NAME, loaded as the library and NAME called by FCALL.
+# instructions SCRIPT CALLS [FILE]: what redis-server executed, start to shutdown, with the
+# call in FILE made CALLS times. SCRIPT is loaded as a script, or, given as library.lua:NAME,
+# as the library.
 instructions() {
-  local script=$1 calls=$2 port dir
-  shift 2
+  local script=$1 calls=$2 file=${3:-} port dir
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   dir=$(mktemp -d -p "$work")
   valgrind --tool=callgrind --callgrind-out-file="$dir/out" redis-server --port "$port" \
     --bind 127.0.0.1 --save '' --appendonly no --hz 1 --dir "$dir" >/dev/null 2>"$dir/log" &
   local pid=$!
   for _ in $(seq 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  local call
   case $script in
-    *:*)
-      redis-cli -p "$port" FUNCTION LOAD "$(cat "${script%%:*}")" >/dev/null
-      call=(FCALL "$(cat "$work/prefix")${script#*:}") ;;
-    *) call=(EVALSHA "$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$script")")") ;;
+    *:*) redis-cli -p "$port" FUNCTION LOAD "$(cat "$work/${script%%:*}")" >/dev/null ;;
+    *) redis-cli -p "$port" SCRIPT LOAD "$(cat "$work/$script")" >/dev/null ;;
   esac
   if [ "$calls" -gt 0 ]; then
-    redis-benchmark -p "$port" -c 1 -n "$calls" -q "${call[@]}" "$@" >/dev/null 2>&1
+    python3 "$work/client.py" "$port" "$calls" "$file"
   fi
   redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
   wait "$pid" || true
   sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$dir/log"
 }
 
-# row NAME SCRIPT CHECKS_PER_CALL ARGS...: the base is the same server with the same script or
-# library loaded and no call (loading a library costs far more than a script).
+# Each row's base is the same server with the same script or library loaded and no call
+# (loading a library costs far more than a script).
 calls=300
-row() {
-  local name=$1 script=$2 per_call=$3
-  shift 3
-  local base total
-  base=$(instructions "$script" 0)
-  total=$(instructions "$script" "$calls" "$@")
-  printf '| %s | %s | %s |\n' "$name" "$per_call" $(( (total - base) / calls / per_call ))
-}
-interval=1 burst=1000000
-batch_args() { # batch_args CHECKS DISTINCT_KEYS: one GCRA shape, CHECKS checks
-  local n=$1 distinct=$2 keys=() checks=()
-  for i in $(seq "$n"); do
-    if [ "$distinct" = 1 ]; then keys+=("bench:{k$i}"); else keys+=("bench:{k}"); fi
-    checks+=(1 1)
-  done
-  echo "$n ${keys[*]} 1 g 1 8 c '' '' $interval $burst '' 0 0 ${checks[*]}"
-}
 printf '| script | checks per call | instructions per check |\n|---|---:|---:|\n'
-row "return 1 (a call's dispatch)" "$work/return1.lua" 1 0
-row "minimal GCRA (TIME, GET, SET PX)" "$work/minimal.lua" 1 1 'bench:{k}' "$interval" "$burst"
-row "rl, a check alone (EVALSHA)" "$work/single.lua" 1 1 'bench:{k}' c 1 '' "$interval" "$burst" '' 0 0
-row "rl, a check alone (FCALL)" "$work/library.lua:g" 1 1 'bench:{k}' c 1 '' "$interval" "$burst" '' 0 0
-eval "set -- $(batch_args 1 0)"
-row "rl batch of one check (EVALSHA)" "$work/batch.lua" 1 "$@"
-row "rl batch of one check (FCALL)" "$work/library.lua:batch" 1 "$@"
-for n in 8 32 64; do
-  eval "set -- $(batch_args "$n" 0)"
-  row "rl batch, one key (EVALSHA)" "$work/batch.lua" "$n" "$@"
-  row "rl batch, one key (FCALL)" "$work/library.lua:batch" "$n" "$@"
-  eval "set -- $(batch_args "$n" 1)"
-  row "rl batch, $n keys (EVALSHA)" "$work/batch.lua" "$n" "$@"
-  row "rl batch, $n keys (FCALL)" "$work/library.lua:batch" "$n" "$@"
-done
+while IFS=$'\t' read -r title script per_call file; do
+  [[ $title =~ ${ROWS:-.} ]] || continue
+  base=$(instructions "$script" 0)
+  total=$(instructions "$script" "$calls" "$file")
+  printf '| %s | %s | %s |\n' "$title" "$per_call" $(( (total - base) / calls / per_call ))
+done < "$work/rows"

@@ -549,3 +549,104 @@ async fn every_master_of_a_cluster_gets_the_library_and_checks_survive_a_functio
     until_the_library_is_loaded(function_list).await;
     spread(2).await;
 }
+
+/// The batch function of the library loaded on `server`, found in `FUNCTION LIST`.
+fn batch_function(server: &RedisServer) -> String {
+    let list = format!(
+        "{:?}",
+        server
+            .query::<redis::Value>(redis::cmd("FUNCTION").arg("LIST"))
+            .unwrap()
+    );
+    let start = list.find("ratewarden_").expect("the library is loaded");
+    let name: String = (list[start..].chars())
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    format!("{name}_batch")
+}
+
+/// Checks as a batch sends them: each a list of numbers (shape, cost, key places), as one
+/// string of little-endian u32.
+fn packed(checks: &[&[u32]]) -> Vec<u8> {
+    (checks.iter().flat_map(|check| check.iter()))
+        .flat_map(|n| n.to_le_bytes())
+        .collect()
+}
+
+/// A call of the batch `function` as the gateway makes it: `keys`, one GCRA shape (interval
+/// 1 s, burst 10), then the `checks` string, and (never sent) `extra` arguments.
+fn batch_call(function: &str, keys: &[&str], checks: &[u8], extra: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg(function).arg(keys.len()).arg(keys);
+    cmd.arg(1).arg("g").arg(1).arg(8);
+    cmd.arg(&["c", "", "", "1000000", "10", "", "0", "0"]);
+    cmd.arg(checks).arg(extra);
+    cmd
+}
+
+/// A batch that names no key, an unknown shape or a key it does not hold, or that ends in
+/// the middle of a check, is refused with an error, and the GCRA checks before it are not
+/// written; a batch that names its key once for several checks decides each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_batch_is_refused_and_a_key_named_once_serves_every_check_of_it() {
+    let server = RedisServer::start();
+    let store = config(server.url()).prefix("malformed").connect().await.unwrap();
+    let quota = Quota::per_hour(100_000).unwrap();
+    let function_list = || {
+        // A check loads the library.
+        vec![format!(
+            "{:?}",
+            server
+                .query::<redis::Value>(redis::cmd("FUNCTION").arg("LIST"))
+                .unwrap()
+        )]
+    };
+    store.check(&Key::from("load"), &quota, 1).await.unwrap();
+    until_the_library_is_loaded(function_list).await;
+    let function = batch_function(&server);
+
+    // Three checks of one key, named once: 10 admitted at most, each counted.
+    let reply: Vec<u8> = server
+        .query(&batch_call(
+            &function,
+            &["k"],
+            &packed(&[&[1, 4, 1], &[1, 4, 1], &[1, 4, 1]]),
+            &[],
+        ))
+        .unwrap();
+    let outcomes: Vec<f64> = (reply.chunks_exact(40))
+        .map(|check| f64::from_le_bytes(check[..8].try_into().unwrap()))
+        .collect();
+    assert_eq!(outcomes, [1.0, 1.0, 0.0]);
+    let stored: String = server.query(redis::cmd("GET").arg("k")).unwrap();
+
+    let malformed: [(&[&str], &[&[u32]], &[&str]); 7] = [
+        // No shape 0, nor 2.
+        (&["k"], &[&[1, 1, 1], &[0, 1, 1]], &[]),
+        (&["k"], &[&[1, 1, 1], &[2, 1, 1]], &[]),
+        // No key 0, nor 2.
+        (&["k"], &[&[1, 1, 1], &[1, 1, 0]], &[]),
+        (&["k"], &[&[1, 1, 1], &[1, 1, 2]], &[]),
+        // A check cut short.
+        (&["k"], &[&[1, 1, 1], &[1, 1]], &[]),
+        // No key at all, and an argument after the checks.
+        (&[], &[&[1, 1, 1]], &[]),
+        (&["k"], &[&[1, 1, 1]], &["x"]),
+    ];
+    for (keys, checks, extra) in malformed {
+        let error = server
+            .query::<redis::Value>(&batch_call(&function, keys, &packed(checks), extra))
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("rl: malformed batch"),
+            "{keys:?} {checks:?} {extra:?}: {error}"
+        );
+    }
+    // Checks' numbers that are not whole 32-bit numbers.
+    let error = server
+        .query::<redis::Value>(&batch_call(&function, &["k"], b"12345", &[]))
+        .unwrap_err();
+    assert!(error.to_string().contains("rl: malformed batch"), "{error}");
+    let after: String = server.query(redis::cmd("GET").arg("k")).unwrap();
+    assert_eq!(after, stored, "a refused batch wrote its checks");
+}

@@ -1,6 +1,7 @@
 //! The Lua scripts, how they are called, what they answer, and the layout of the keys they
 //! keep state in.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -472,35 +473,52 @@ pub(crate) fn batch_command<'a>(
             }
         }
     };
-    cmd.arg(entries.clone().map(Entry::keys).sum::<usize>());
-    for entry in entries.clone() {
-        cmd.arg(&entry.name);
-        if let Some(marker) = &entry.marker {
-            cmd.arg(marker);
-        }
-    }
     if alone {
         for entry in entries {
+            cmd.arg(entry.keys()).arg(&entry.name);
+            if let Some(marker) = &entry.marker {
+                cmd.arg(marker);
+            }
             for &arg in entry.args.iter() {
                 push(&mut cmd, arg);
             }
         }
         return cmd;
     }
-    // What checks share is sent once (a shape), and each check as its shape and cost.
-    let costs = entries.clone();
+    // Each key is named once (a hot key's checks share it), what checks share is sent once (a
+    // shape), and each check as its shape, cost and keys, in one string (`lua/batch.lua`).
+    let mut names: Vec<&[u8]> = Vec::new();
+    let mut places: HashMap<&[u8], usize, foldhash::fast::FixedState> = HashMap::default();
     let mut shapes: Vec<&Entry> = Vec::new();
-    let indices: Vec<usize> = entries
-        .map(
-            |entry| match shapes.iter().position(|s| s.same_shape(entry)) {
-                Some(index) => index,
-                None => {
-                    shapes.push(entry);
-                    shapes.len() - 1
-                }
-            },
-        )
-        .collect();
+    let mut checks = Vec::with_capacity(entries.len() * 16);
+    for entry in entries {
+        let shape = match shapes.iter().position(|s| s.same_shape(entry)) {
+            Some(index) => index,
+            None => {
+                shapes.push(entry);
+                shapes.len() - 1
+            }
+        };
+        // Lua counts from 1. A cost is a `u32` (`Call::cost`), and a batch has at most
+        // `MAX_BATCH` checks of at most 2 keys each.
+        let cost = match entry.args[COST] {
+            Arg::Number(cost) => cost,
+            Arg::Text(_) => 0,
+        };
+        put(&mut checks, shape + 1);
+        put(&mut checks, cost);
+        for name in std::iter::once(&entry.name).chain(&entry.marker) {
+            let place = *places.entry(name).or_insert_with(|| {
+                names.push(name);
+                names.len()
+            });
+            put(&mut checks, place);
+        }
+    }
+    cmd.arg(names.len());
+    for name in names {
+        cmd.arg(name);
+    }
     cmd.arg(shapes.len());
     for shape in &shapes {
         cmd.arg(LETTERS[algorithm_index(shape.algorithm)])
@@ -510,12 +528,13 @@ pub(crate) fn batch_command<'a>(
             push(&mut cmd, if index == COST { Arg::Text("") } else { arg });
         }
     }
-    for (entry, index) in costs.zip(indices) {
-        // Lua counts from 1.
-        cmd.arg(index + 1);
-        push(&mut cmd, entry.args[COST]);
-    }
+    cmd.arg(checks);
     cmd
+}
+
+/// Appends `n` to a batch's checks as a little-endian 32-bit number (`lua/batch.lua`).
+fn put(checks: &mut Vec<u8>, n: impl TryInto<u32>) {
+    checks.extend_from_slice(&n.try_into().unwrap_or(u32::MAX).to_le_bytes());
 }
 
 fn micros(d: Duration) -> u64 {
@@ -810,6 +829,52 @@ mod tests {
 
     fn name(prefix: &str, key: &Key, counter: Counter) -> Vec<u8> {
         state_key(prefix, key, &Quota::per_second(1).unwrap(), counter)
+    }
+
+    /// The arguments of `cmd`, as bytes.
+    fn arguments(cmd: &redis::Cmd) -> Vec<Vec<u8>> {
+        (cmd.args_iter())
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => panic!("a batch has no cursor"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_names_each_key_once_and_sends_its_checks_as_shape_cost_and_key_places() {
+        let quota = Quota::per_second(10).unwrap();
+        let call = |cost, marker| Call {
+            quota: &quota,
+            counter: Counter::Whole,
+            mode: Mode::Check,
+            cost,
+            now: None,
+            marker,
+            keep_for: Duration::ZERO,
+        };
+        let (a, b) = (Key::from("a"), Key::from("b"));
+        let split = Some(Duration::from_secs(1));
+        let entries = [
+            call(1, None).entry("p", &a),
+            call(2, None).entry("p", &b),
+            call(3, None).entry("p", &a),
+            // Another shape (with a split marker), on a key named before.
+            call(4, split).entry("p", &a),
+        ];
+        let args = arguments(&batch_command(entries.iter(), Invoke::Function));
+        let name_a = state_key("p", &a, &quota, Counter::Whole);
+        let name_b = state_key("p", &b, &quota, Counter::Whole);
+        // FCALL and its function, then 3 keys: a, b and a's marker.
+        assert_eq!(args[2], b"3");
+        assert_eq!(args[3..6], [name_a.clone(), name_b, marker_key(&name_a)]);
+        // Two shapes.
+        assert_eq!(args[6], b"2");
+        let checks = args.last().unwrap();
+        let numbers: Vec<u32> = (checks.chunks_exact(4))
+            .map(|n| u32::from_le_bytes(n.try_into().unwrap()))
+            .collect();
+        assert_eq!(numbers, [1, 1, 1, 1, 2, 2, 1, 3, 1, 2, 4, 1, 3]);
     }
 
     #[test]

@@ -3,12 +3,14 @@
 -- to Redis is in flight go together in the next call, so that the call's dispatch is paid once
 -- per batch.
 --
--- KEYS     every check's keys, check after check
+-- KEYS     the keys of the batch's checks, each named once
 -- ARGV[1]  the number of shapes: what checks share, all their arguments but the cost
--- then      each shape: its algorithm ('g' GCRA, 't' token bucket, 'f' fixed window, 'w'
---           sliding window, 'l' sliding log), its number of keys, its number of arguments,
---           then its arguments (the cost's place, ARGV[2] of a check, left empty)
--- then      each check: its shape (from 1) and its cost
+-- then     each shape: its algorithm ('g' GCRA, 't' token bucket, 'f' fixed window, 'w'
+--          sliding window, 'l' sliding log), its number of keys, its number of arguments,
+--          then its arguments (the cost's place, ARGV[2] of a check, left empty)
+-- last     the checks, in order, as one string of little-endian 32-bit numbers: each check's
+--          shape (from 1), its cost, and the place in KEYS of each of its shape's keys. One
+--          `struct.unpack` reads them all: no string per number, no `tonumber` (`strtod`).
 -- Returns the checks' replies one after the other, in order, 5 numbers each (see reply.lua),
 -- for `packed` to send.
 
@@ -18,14 +20,28 @@
 -- whatever else (a state that cannot be read, a clock that stepped back, a cost above the
 -- burst) goes to the algorithm's own code, after the key's state is written back.
 
--- Key name -> {TAT, TTL in ms when written since it was read, else nil}; a new table per call.
+-- Key name -> {TAT, the GCRA shape of the check that last wrote it since it was read, else
+-- nil}; a new table per call.
 local states
 
+-- Writes the state of `name` back, if a check wrote it, with the TTL the last such check sets
+-- (gcra.lua's `ttl_ms`: only the last write's TTL stands, so only it is worked out).
 local function write_back(name)
   local state = states[name]
   if state then
-    if state[2] then
-      redis.call('SET', name, state[1], 'PX', state[2])
+    local shape = state[2]
+    if shape then
+      local ttl = 86400000
+      if not shape.test_time then
+        ttl = idiv(state[1] - shape.now + 999, 1000)
+        if ttl < shape.keep then
+          ttl = shape.keep
+        end
+        if ttl < 1 then
+          ttl = 1
+        end
+      end
+      redis.call('SET', name, state[1], 'PX', ttl)
     end
     states[name] = nil
   end
@@ -53,63 +69,39 @@ local function gcra_shape(args)
   }
 end
 
--- The check's reply, or nil when the algorithm's own code must decide.
-local function gcra_check(name, shape, cost)
-  local state = states[name]
-  if not state then
-    local stored = redis.pcall('GET', name)
-    local tat = 0
-    if type(stored) == 'table' then
-      return nil
-    elseif stored then
-      tat = tonumber(stored)
-      if tat == nil or tat ~= tat or tat < 0 or tat >= 9007199254740992 or tat ~= math.floor(tat) then
-        return nil
-      end
-    end
-    state = {tat, nil}
-    states[name] = state
-  end
-  local now, interval, limit = shape.now, shape.interval, shape.limit
-  local tat = state[1]
-  local horizon = now + interval * limit
-  if tat > horizon or cost > limit then
+-- The state of `name` as a GCRA check reads it, kept in `states` from then on; nil when it
+-- cannot be read (the algorithm's own code decides).
+local function gcra_state(name)
+  local stored = redis.pcall('GET', name)
+  local tat = 0
+  if type(stored) == 'table' then
     return nil
-  end
-  if tat < now then
-    tat = now
-  end
-  local new_tat = tat + interval * cost
-  if new_tat <= horizon then
-    if cost > 0 then
-      local ttl = 86400000
-      if not shape.test_time then
-        ttl = idiv(new_tat - now + 999, 1000)
-        if ttl < shape.keep then
-          ttl = shape.keep
-        end
-        if ttl < 1 then
-          ttl = 1
-        end
-      end
-      state[1] = new_tat
-      state[2] = ttl
+  elseif stored then
+    tat = tonumber(stored)
+    if tat == nil or tat ~= tat or tat < 0 or tat >= 9007199254740992 or tat ~= math.floor(tat) then
+      return nil
     end
-    return 1, idiv(horizon - new_tat, interval), new_tat - now, 0, cost
   end
-  return 0, idiv(horizon - tat, interval), tat - now, new_tat - horizon, 0
+  local state = {tat, nil}
+  states[name] = state
+  return state
+end
+
+local function malformed()
+  error('rl: malformed batch')
 end
 
 local function batch(KEYS, ARGV)
   states = {}
   local shapes = {}
   local a = 2
-  for i = 1, tonumber(ARGV[1]) do
+  for i = 1, tonumber(ARGV[1]) or malformed() do
     local algorithm = ARGV[a]
     local nkeys = tonumber(ARGV[a + 1])
     local nargs = tonumber(ARGV[a + 2])
-    if not run[algorithm] or not nkeys or not nargs then
-      error('rl: malformed batch')
+    -- A check's keys: its state, and maybe its split marker.
+    if not run[algorithm] or (nkeys ~= 1 and nkeys ~= 2) or not nargs then
+      malformed()
     end
     local args = {unpack(ARGV, a + 3, a + 2 + nargs)}
     local shape = {run = run[algorithm], nkeys = nkeys, args = args}
@@ -119,34 +111,83 @@ local function batch(KEYS, ARGV)
     shapes[i] = shape
     a = a + 3 + nargs
   end
+  local checks = ARGV[a]
+  if a ~= #ARGV or #checks % 4 ~= 0 then
+    malformed()
+  end
+  local numbers = {struct.unpack('<' .. string.rep('I4', #checks / 4), checks)}
+  -- The last is where `unpack` stopped, not a number of the checks.
+  local last = #numbers - 1
 
   local replies = {}
   local n = 0
-  local k = 1
-  for c = a, #ARGV, 2 do
-    local shape = shapes[tonumber(ARGV[c])]
-    local cost = tonumber(ARGV[c + 1])
-    if not shape or not cost then
-      error('rl: malformed batch')
+  local c = 1
+  -- The GCRA figures of the shape of the last check decided here, while checks of that shape
+  -- follow one another.
+  local figures, now, interval, limit
+  while c <= last do
+    local shape = shapes[numbers[c]]
+    if not shape then
+      malformed()
     end
-    local outcome, remaining, reset_after, retry_after, granted
-    if shape.gcra then
-      outcome, remaining, reset_after, retry_after, granted = gcra_check(KEYS[k], shape.gcra, cost)
+    local nkeys = shape.nkeys
+    local cost = numbers[c + 1]
+    local name = KEYS[numbers[c + 2]]
+    -- (A malformed batch, which no gateway sends, ends in an error here: the checks before
+    -- it may have been counted, and none was admitted, as the call fails.)
+    if not name or c + 1 + nkeys > last or (nkeys == 2 and not KEYS[numbers[c + 3]]) then
+      malformed()
     end
-    if outcome then
-      replies[n + 1] = outcome
-      replies[n + 2] = remaining
-      replies[n + 3] = reset_after
-      replies[n + 4] = retry_after
-      replies[n + 5] = granted * 4
-    else
-      write_back(KEYS[k])
+    -- GCRA's `decide` (gcra.lua), line for line, unless the state cannot be read, is a clock
+    -- that stepped back (past the horizon), or the cost is above the burst.
+    local gcra = shape.gcra
+    local state = gcra and (states[name] or gcra_state(name))
+    if state then
+      if gcra ~= figures then
+        figures, now, interval, limit = gcra, gcra.now, gcra.interval, gcra.limit
+      end
+      local tat = state[1]
+      local horizon = now + interval * limit
+      if tat > horizon or cost > limit then
+        state = nil
+      else
+        if tat < now then
+          tat = now
+        end
+        local new_tat = tat + interval * cost
+        if new_tat <= horizon then
+          if cost > 0 then
+            state[1] = new_tat
+            state[2] = gcra
+          end
+          tat = new_tat
+          replies[n + 1] = 1
+          replies[n + 3] = new_tat - now
+          replies[n + 4] = 0
+          replies[n + 5] = cost * 4
+        else
+          replies[n + 1] = 0
+          replies[n + 3] = tat - now
+          replies[n + 4] = new_tat - horizon
+          replies[n + 5] = 0
+        end
+        replies[n + 2] = idiv(horizon - tat, interval)
+      end
+    end
+    if not state then
+      local keys = {name}
+      for j = 2, nkeys do
+        keys[j] = KEYS[numbers[c + 1 + j]]
+      end
+      for j = 1, nkeys do
+        write_back(keys[j])
+      end
       local args = {unpack(shape.args)}
-      args[2] = ARGV[c + 1]
-      append_reply(replies, n, shape.run({unpack(KEYS, k, k + shape.nkeys - 1)}, args))
+      args[2] = cost
+      append_reply(replies, n, shape.run(keys, args))
     end
     n = n + 5
-    k = k + shape.nkeys
+    c = c + 2 + nkeys
   end
   for name in pairs(states) do
     write_back(name)
