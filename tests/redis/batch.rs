@@ -550,21 +550,6 @@ async fn every_master_of_a_cluster_gets_the_library_and_checks_survive_a_functio
     spread(2).await;
 }
 
-/// The batch function of the library loaded on `server`, found in `FUNCTION LIST`.
-fn batch_function(server: &RedisServer) -> String {
-    let list = format!(
-        "{:?}",
-        server
-            .query::<redis::Value>(redis::cmd("FUNCTION").arg("LIST"))
-            .unwrap()
-    );
-    let start = list.find("ratewarden_").expect("the library is loaded");
-    let name: String = (list[start..].chars())
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    format!("{name}_batch")
-}
-
 /// Checks as a batch sends them: each a list of numbers (shape, cost, key places), as one
 /// string of little-endian u32.
 fn packed(checks: &[&[u32]]) -> Vec<u8> {
@@ -590,20 +575,7 @@ fn batch_call(function: &str, keys: &[&str], checks: &[u8], extra: &[&str]) -> r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_batch_is_refused_and_a_key_named_once_serves_every_check_of_it() {
     let server = RedisServer::start();
-    let store = config(server.url()).prefix("malformed").connect().await.unwrap();
-    let quota = Quota::per_hour(100_000).unwrap();
-    let function_list = || {
-        // A check loads the library.
-        vec![format!(
-            "{:?}",
-            server
-                .query::<redis::Value>(redis::cmd("FUNCTION").arg("LIST"))
-                .unwrap()
-        )]
-    };
-    store.check(&Key::from("load"), &quota, 1).await.unwrap();
-    until_the_library_is_loaded(function_list).await;
-    let function = batch_function(&server);
+    let function = format!("{}_batch", crate::lone::library(&server).await);
 
     // Three checks of one key, named once: 10 admitted at most, each counted.
     let reply: Vec<u8> = server

@@ -4,6 +4,7 @@
 mod batch;
 mod conformance;
 mod differential;
+mod lone;
 mod queue;
 mod scale;
 mod server;
