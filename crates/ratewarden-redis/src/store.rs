@@ -225,7 +225,7 @@ impl RedisStore {
     async fn call(&self, key: &Key, call: &Call<'_>) -> Result<Reply, StoreError> {
         let eval = self.connection.eval(&self.prefix, key, call);
         let limit = figures(call.quota, call.counter).1;
-        let reply = Reply::parse(&eval.await?, limit)?;
+        let reply = Reply::parse(&Box::pin(eval).await?, limit)?;
         if let Reply::Decided { corrupt: true, .. } = reply {
             let name = state_key(&self.prefix, key, call.quota, call.counter);
             crate::log::corrupt_state(&name);
