@@ -24,9 +24,10 @@ algorithms = [("g", "gcra"), ("t", "token_bucket"), ("f", "fixed_window"),
 def block(letter, name):
     return ("do\nlocal KEYS, ARGV\n" + read("prelude.lua") + read(name + ".lua")
             + f"run.{letter} = function(keys, args)\n  KEYS, ARGV = keys, args\n  return main()\nend\nend\n")
-head = read("clock.lua") + read("arith.lua") + read("reply.lua") + "local run = {}\n"
+head = (read("clock.lua") + read("arith.lua") + read("reply.lua") + read("args.lua")
+        + "local run = {}\n")
 every = head + "".join(block(l, n) for l, n in algorithms) + read("batch.lua")
-open(f"{out}/single.lua", "w").write(head + block("g", "gcra") + "return alone(run.g(KEYS, ARGV))\n")
+open(f"{out}/single.lua", "w").write(head + block("g", "gcra") + "return alone(run.g(KEYS, arguments(ARGV[1], ARGV[2], ARGV[3])))\n")
 open(f"{out}/batch.lua", "w").write(every + "return packed(batch(KEYS, ARGV))\n")
 body = every + read("library.lua")
 name = "ratewarden_" + hashlib.sha1(body.encode()).hexdigest()[:16]
@@ -48,16 +49,19 @@ def call(script, keys, args):
         head = ["EVALSHA", hashlib.sha1(source.encode()).hexdigest()]
     return resp(*head, len(keys), *keys, *args)
 interval, burst = 1, 1000000
-gcra = ["c", 1, "", interval, burst, "", 0, 0]
+# A GCRA check's arguments as args.lua reads them: mode, missing-state letter, then the cost,
+# the time (-1: Redis's clock), interval, burst, shortest TTL and split slack as doubles.
+def gcra(cost):
+    return ["c", "", struct.pack("<6d", cost, -1, interval, burst, 0, 0)]
 def batch(n, distinct):
-    # One GCRA shape (its cost left empty), then each check: its shape, cost and key (u32 LE).
+    # One GCRA shape (its cost 0), then each check: its shape, cost and key (u32 LE).
     keys = [f"bench:{{k{i}}}" for i in range(1, n + 1)] if distinct else ["bench:{k}"]
     checks = b"".join(struct.pack("<III", 1, 1, i + 1 if distinct else 1) for i in range(n))
-    return keys, [1, "g", 1, 8, "c", "", "", interval, burst, "", 0, 0, checks]
+    return keys, [1, "g", 1, *gcra(0), checks]
 rows = [("return 1 (a call's dispatch)", "return1.lua", 1, [], [0]),
         ("minimal GCRA (TIME, GET, SET PX)", "minimal.lua", 1, ["bench:{k}"], [interval, burst]),
-        ("rl, a check alone (EVALSHA)", "single.lua", 1, ["bench:{k}"], gcra),
-        ("rl, a check alone (FCALL)", "library.lua:g", 1, ["bench:{k}"], gcra),
+        ("rl, a check alone (EVALSHA)", "single.lua", 1, ["bench:{k}"], gcra(1)),
+        ("rl, a check alone (FCALL)", "library.lua:g", 1, ["bench:{k}"], gcra(1)),
         ("rl batch of one check (EVALSHA)", "batch.lua", 1, *batch(1, False)),
         ("rl batch of one check (FCALL)", "library.lua:batch", 1, *batch(1, False))]
 for n in (8, 32, 64):

@@ -563,8 +563,11 @@ fn packed(checks: &[&[u32]]) -> Vec<u8> {
 fn batch_call(function: &str, keys: &[&str], checks: &[u8], extra: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd("FCALL");
     cmd.arg(function).arg(keys.len()).arg(keys);
-    cmd.arg(1).arg("g").arg(1).arg(8);
-    cmd.arg(&["c", "", "", "1000000", "10", "", "0", "0"]);
+    let gcra = ["c", "", "", "1000000", "10", "", "0", "0"].map(String::from);
+    cmd.arg(1)
+        .arg("g")
+        .arg(1)
+        .arg(&crate::lone::encoded(&gcra, 0));
     cmd.arg(checks).arg(extra);
     cmd
 }

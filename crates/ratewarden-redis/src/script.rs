@@ -47,6 +47,7 @@ macro_rules! head {
             include_str!("lua/clock.lua"),
             include_str!("lua/arith.lua"),
             include_str!("lua/reply.lua"),
+            include_str!("lua/args.lua"),
             "local run = {}\n"
         )
     };
@@ -91,7 +92,7 @@ macro_rules! single {
                 algorithm!($letter, $file),
                 "return alone(run.",
                 $letter,
-                "(KEYS, ARGV))\n"
+                "(KEYS, arguments(ARGV[1], ARGV[2], ARGV[3])))\n"
             ))
         })
     };
@@ -317,17 +318,20 @@ pub(crate) struct Entry {
     args: Args,
 }
 
-/// A check's arguments, in place: a check's are at most 11 (`lua/prelude.lua`).
+/// The most arguments a check has (`lua/prelude.lua`).
+const ARGS: usize = 11;
+
+/// A check's arguments, in place.
 #[derive(Clone, Copy, Debug)]
 struct Args {
-    args: [Arg; 11],
+    args: [Arg; ARGS],
     len: usize,
 }
 
 impl Default for Args {
     fn default() -> Self {
         Self {
-            args: [Arg::Text(""); 11],
+            args: [Arg::Text(""); ARGS],
             len: 0,
         }
     }
@@ -358,6 +362,36 @@ impl Entry {
         1 + usize::from(self.marker.is_some())
     }
 
+    /// Pushes the check's arguments with `cost` as `lua/args.lua` reads them: its mode, its
+    /// missing-state letter, and its numbers as one string of little-endian doubles (the time
+    /// -1 for Redis's clock). Every number is below 2^53 (a `u64` of microseconds saturated at
+    /// its largest reads as `tonumber` would read it in decimal).
+    fn push_args(&self, cmd: &mut redis::Cmd, cost: Arg) {
+        let text = |arg: Arg| match arg {
+            Arg::Text(text) => text,
+            Arg::Number(_) => "",
+        };
+        let mut numbers = [0; 8 * (ARGS - 2)];
+        let mut len = 0;
+        for (index, &arg) in self.args.iter().enumerate() {
+            // (`as f64` is exact below 2^53, which every number is.)
+            let number = match (index, arg) {
+                (MODE | MISSING, _) => continue,
+                (COST, _) => match cost {
+                    Arg::Number(n) => n as f64,
+                    Arg::Text(_) => 0.0,
+                },
+                (_, Arg::Number(n)) => n as f64,
+                (_, Arg::Text(_)) => -1.0,
+            };
+            numbers[len..len + 8].copy_from_slice(&number.to_le_bytes());
+            len += 8;
+        }
+        cmd.arg(text(self.args[MODE]))
+            .arg(text(self.args[MISSING]))
+            .arg(&numbers[..len]);
+    }
+
     /// Whether the two checks differ in their keys and cost only.
     fn same_shape(&self, other: &Self) -> bool {
         self.algorithm == other.algorithm
@@ -368,8 +402,11 @@ impl Entry {
     }
 }
 
-/// Where a check's arguments hold its cost (`ARGV[2]`).
+/// Where a check's arguments hold its mode (`ARGV[1]`), its cost (`ARGV[2]`) and its
+/// missing-state letter (`ARGV[6]`); the others are numbers, or (the time) empty.
+const MODE: usize = 0;
 const COST: usize = 1;
+const MISSING: usize = 5;
 /// How many numbers a call replies per check (see `lua/reply.lua`).
 const REPLY_LEN: usize = 5;
 
@@ -422,13 +459,6 @@ impl Replies {
     }
 }
 
-fn push(cmd: &mut redis::Cmd, arg: Arg) {
-    match arg {
-        Arg::Number(n) => cmd.arg(n),
-        Arg::Text(t) => cmd.arg(t),
-    };
-}
-
 /// An argument of a check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Arg {
@@ -479,9 +509,7 @@ pub(crate) fn batch_command<'a>(
             if let Some(marker) = &entry.marker {
                 cmd.arg(marker);
             }
-            for &arg in entry.args.iter() {
-                push(&mut cmd, arg);
-            }
+            entry.push_args(&mut cmd, entry.args[COST]);
         }
         return cmd;
     }
@@ -522,11 +550,8 @@ pub(crate) fn batch_command<'a>(
     cmd.arg(shapes.len());
     for shape in &shapes {
         cmd.arg(LETTERS[algorithm_index(shape.algorithm)])
-            .arg(shape.keys())
-            .arg(shape.args.len());
-        for (index, &arg) in shape.args.iter().enumerate() {
-            push(&mut cmd, if index == COST { Arg::Text("") } else { arg });
-        }
+            .arg(shape.keys());
+        shape.push_args(&mut cmd, Arg::Number(0));
     }
     cmd.arg(checks);
     cmd

@@ -6,8 +6,8 @@
 -- KEYS     the keys of the batch's checks, each named once
 -- ARGV[1]  the number of shapes: what checks share, all their arguments but the cost
 -- then     each shape: its algorithm ('g' GCRA, 't' token bucket, 'f' fixed window, 'w'
---          sliding window, 'l' sliding log), its number of keys, its number of arguments,
---          then its arguments (the cost's place, ARGV[2] of a check, left empty)
+--          sliding window, 'l' sliding log), its number of keys, then its arguments as a
+--          check alone sends them (args.lua), its cost 0
 -- last     the checks, in order, as one string of little-endian 32-bit numbers: each check's
 --          shape (from 1), its cost, and the place in KEYS of each of its shape's keys. One
 --          `struct.unpack` reads them all: no string per number, no `tonumber` (`strtod`).
@@ -50,22 +50,22 @@ end
 -- What a shape's GCRA check needs, read once per batch; nil when its checks go to the
 -- algorithm's own code (another mode, a part, a split marker).
 local function gcra_shape(args)
-  if args[1] ~= 'c' or args[6] ~= '' or args[8] ~= '0' then
+  if args[1] ~= 'c' or args[6] ~= '' or args[8] ~= 0 then
     return nil
   end
   local test_time = args[3] ~= ''
   local now
   if test_time then
-    now = tonumber(args[3])
+    now = args[3]
   else
     now = server_now()
   end
   return {
     now = now,
     test_time = test_time,
-    interval = tonumber(args[4]),
-    limit = tonumber(args[5]),
-    keep = idiv((tonumber(args[7]) or 0) + 999, 1000),
+    interval = args[4],
+    limit = args[5],
+    keep = idiv(args[7] + 999, 1000),
   }
 end
 
@@ -98,18 +98,17 @@ local function batch(KEYS, ARGV)
   for i = 1, tonumber(ARGV[1]) or malformed() do
     local algorithm = ARGV[a]
     local nkeys = tonumber(ARGV[a + 1])
-    local nargs = tonumber(ARGV[a + 2])
     -- A check's keys: its state, and maybe its split marker.
-    if not run[algorithm] or (nkeys ~= 1 and nkeys ~= 2) or not nargs then
+    if not run[algorithm] or (nkeys ~= 1 and nkeys ~= 2) or not ARGV[a + 4] then
       malformed()
     end
-    local args = {unpack(ARGV, a + 3, a + 2 + nargs)}
+    local args = arguments(ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
     local shape = {run = run[algorithm], nkeys = nkeys, args = args}
     if algorithm == 'g' and nkeys == 1 then
       shape.gcra = gcra_shape(args)
     end
     shapes[i] = shape
-    a = a + 3 + nargs
+    a = a + 5
   end
   local checks = ARGV[a]
   if a ~= #ARGV or #checks % 4 ~= 0 then

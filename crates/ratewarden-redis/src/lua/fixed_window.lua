@@ -3,8 +3,8 @@
 local period, limit
 
 configure = function()
-  period = tonumber(ARGV[4])
-  limit = tonumber(ARGV[5])
+  period = ARGV[4]
+  limit = ARGV[5]
 end
 
 -- Spent at `at`: its window is full.

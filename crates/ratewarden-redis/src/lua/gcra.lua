@@ -3,8 +3,8 @@
 local interval, limit
 
 configure = function()
-  interval = tonumber(ARGV[4])
-  limit = tonumber(ARGV[5])
+  interval = ARGV[4]
+  limit = ARGV[5]
 end
 
 -- `units` left at `at`.

@@ -10,9 +10,9 @@ local function entry(decide, send)
   end
 end
 -- One by one: a library's code may not use `pairs` while Redis 7.0 loads it.
-redis.register_function(prefix .. 'g', entry(run.g, alone))
-redis.register_function(prefix .. 't', entry(run.t, alone))
-redis.register_function(prefix .. 'f', entry(run.f, alone))
-redis.register_function(prefix .. 'w', entry(run.w, alone))
-redis.register_function(prefix .. 'l', entry(run.l, alone))
+redis.register_function(prefix .. 'g', entry(lone(run.g), alone))
+redis.register_function(prefix .. 't', entry(lone(run.t), alone))
+redis.register_function(prefix .. 'f', entry(lone(run.f), alone))
+redis.register_function(prefix .. 'w', entry(lone(run.w), alone))
+redis.register_function(prefix .. 'l', entry(lone(run.l), alone))
 redis.register_function(prefix .. 'batch', entry(batch, packed))

@@ -3,6 +3,9 @@
 -- the check they hold. Mirrors ratewarden-core's algorithms line for line, in
 -- integer microseconds; every number stays below 2^53, where Lua's doubles are exact.
 --
+-- ARGV is made by `arguments` (args.lua) from the three arguments a call sends: its numbers
+-- are numbers, ARGV[3] is '' for Redis's clock, ARGV[1] and ARGV[6] are letters.
+--
 -- KEYS[1]  the key holding the state
 -- KEYS[2]  (adaptive hot keys only) the key's split marker, a hash {n = parts, e = epoch,
 --          u = until}: while it stands the key is split, and checks of the key itself are
@@ -41,11 +44,11 @@ local function begin()
   if not test_time then
     now = server_now()
   else
-    now = tonumber(ARGV[3])
+    now = ARGV[3]
   end
   absent_spent = ARGV[6] == 'e'
-  keep_for = tonumber(ARGV[7]) or 0
-  split_slack = tonumber(ARGV[8]) or 0
+  keep_for = ARGV[7]
+  split_slack = ARGV[8]
   configure()
 end
 
@@ -108,7 +111,7 @@ end
 -- (flag 2).
 local function replaced(cost, write, spent_at)
   if not write then
-    return {0, tonumber(ARGV[5]), 0, 0, 0, 2, 0}
+    return {0, ARGV[5], 0, 0, 0, 2, 0}
   end
   redis.call('DEL', key)
   spend(spent_at)
@@ -161,10 +164,10 @@ end
 local function main()
   begin()
   local mode = ARGV[1]
-  local cost = tonumber(ARGV[2])
+  local cost = ARGV[2]
   if mode == 'i' then
     if redis.call('EXISTS', key) == 0 then
-      seed(tonumber(ARGV[10]), tonumber(ARGV[9]))
+      seed(ARGV[10], ARGV[9])
     end
     return {1, 0, 0, 0, 0, 0, 0}
   end
@@ -194,9 +197,9 @@ local function main()
     end
     local standing = m ~= nil
     if mode == 'h' then
-      local parts = tonumber(ARGV[9])
-      local hold = tonumber(ARGV[10])
-      local margin = tonumber(ARGV[11])
+      local parts = ARGV[9]
+      local hold = ARGV[10]
+      local margin = ARGV[11]
       local epoch = now
       local left = 0
       if standing and tonumber(m[3]) > now then
@@ -224,8 +227,8 @@ local function main()
         return split_reply(tonumber(m[1]), until_us, tonumber(m[2]), 0)
       end
       -- Over, within its margin: denied until the marker is gone.
-      local free_at = until_us + tonumber(m[4]) + cost * tonumber(ARGV[4])
-      return {0, tonumber(ARGV[5]), 0, at_least_zero(free_at - now), at_least_zero(free_at - now), 0, 0}
+      local free_at = until_us + tonumber(m[4]) + cost * ARGV[4]
+      return {0, ARGV[5], 0, at_least_zero(free_at - now), at_least_zero(free_at - now), 0, 0}
     end
   end
   if mode == 'p' then
@@ -241,7 +244,7 @@ local function main()
   if mode == 'l' then
     -- As much as there is, up to the batch: one round trip whatever is left.
     local available = guarded(0, false)
-    local grant = tonumber(ARGV[9])
+    local grant = ARGV[9]
     if available[6] == 0 and available[3] < grant then
       grant = available[3]
     end

@@ -3,8 +3,8 @@
 local interval, capacity
 
 configure = function()
-  interval = tonumber(ARGV[4])
-  capacity = tonumber(ARGV[5])
+  interval = ARGV[4]
+  capacity = ARGV[5]
 end
 
 -- `units` left at `at`.
