@@ -366,7 +366,7 @@ impl Entry {
     /// missing-state letter, and its numbers as one string of little-endian doubles (the time
     /// -1 for Redis's clock). Every number is below 2^53 (a `u64` of microseconds saturated at
     /// its largest reads as `tonumber` would read it in decimal).
-    fn push_args(&self, cmd: &mut redis::Cmd, cost: Arg) {
+    fn push_args(&self, cmd: &mut redis::Cmd, cost: u64) {
         let text = |arg: Arg| match arg {
             Arg::Text(text) => text,
             Arg::Number(_) => "",
@@ -377,10 +377,7 @@ impl Entry {
             // (`as f64` is exact below 2^53, which every number is.)
             let number = match (index, arg) {
                 (MODE | MISSING, _) => continue,
-                (COST, _) => match cost {
-                    Arg::Number(n) => n as f64,
-                    Arg::Text(_) => 0.0,
-                },
+                (COST, _) => cost as f64,
                 (_, Arg::Number(n)) => n as f64,
                 (_, Arg::Text(_)) => -1.0,
             };
@@ -390,6 +387,14 @@ impl Entry {
         cmd.arg(text(self.args[MODE]))
             .arg(text(self.args[MISSING]))
             .arg(&numbers[..len]);
+    }
+
+    /// The check's cost (`Call::cost`, a `u32`).
+    fn cost(&self) -> u64 {
+        match self.args[COST] {
+            Arg::Number(cost) => cost,
+            Arg::Text(_) => 0,
+        }
     }
 
     /// Whether the two checks differ in their keys and cost only.
@@ -509,7 +514,7 @@ pub(crate) fn batch_command<'a>(
             if let Some(marker) = &entry.marker {
                 cmd.arg(marker);
             }
-            entry.push_args(&mut cmd, entry.args[COST]);
+            entry.push_args(&mut cmd, entry.cost());
         }
         return cmd;
     }
@@ -527,14 +532,10 @@ pub(crate) fn batch_command<'a>(
                 shapes.len() - 1
             }
         };
-        // Lua counts from 1. A cost is a `u32` (`Call::cost`), and a batch has at most
-        // `MAX_BATCH` checks of at most 2 keys each.
-        let cost = match entry.args[COST] {
-            Arg::Number(cost) => cost,
-            Arg::Text(_) => 0,
-        };
+        // Lua counts from 1. A cost is a `u32`, and a batch has at most `MAX_BATCH` checks of
+        // at most 2 keys each.
         put(&mut checks, shape + 1);
-        put(&mut checks, cost);
+        put(&mut checks, entry.cost());
         for name in std::iter::once(&entry.name).chain(&entry.marker) {
             let place = *places.entry(name).or_insert_with(|| {
                 names.push(name);
@@ -551,7 +552,7 @@ pub(crate) fn batch_command<'a>(
     for shape in &shapes {
         cmd.arg(LETTERS[algorithm_index(shape.algorithm)])
             .arg(shape.keys());
-        shape.push_args(&mut cmd, Arg::Number(0));
+        shape.push_args(&mut cmd, 0);
     }
     cmd.arg(checks);
     cmd
