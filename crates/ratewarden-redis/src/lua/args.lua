@@ -6,18 +6,14 @@
 -- its numbers numbers, read as they are: no `tonumber` per number (a global's lookup, a call
 -- and glibc's `strtod`).
 
--- The `struct` format of `count` numbers, by count, made when first needed.
-local formats = {}
+-- The `struct` format of `count` numbers, by count: 6, and up to 3 more.
+local formats = {[6] = '<dddddd', [7] = '<ddddddd', [8] = '<dddddddd', [9] = '<ddddddddd'}
 
 local function arguments(mode, missing, numbers)
   local count = #numbers / 8
   local format = formats[count]
   if not format then
-    if count < 6 or count > 9 or count ~= math.floor(count) then
-      error('rl: malformed arguments')
-    end
-    format = '<' .. string.rep('d', count)
-    formats[count] = format
+    error('rl: malformed arguments')
   end
   local n = {struct.unpack(format, numbers)}
   local now = n[2]
