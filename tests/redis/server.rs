@@ -326,6 +326,50 @@ async fn a_zero_deadline_or_lease_period_is_refused_when_built() {
 }
 
 #[tokio::test]
+async fn a_hot_key_hold_past_a_day_is_refused_when_built() {
+    // Reproduced (an attack run): `hold(Duration::MAX)`, or any hold of 2^53 µs and more, was
+    // accepted, and every check of a key once it was split failed ("unexpected script
+    // reply"): Redis's numbers are exact below 2^53 only.
+    use ratewarden_redis::{ConfigError, HotKeys, RedisConfig};
+    let parts = std::num::NonZeroU32::new(8).unwrap();
+    let day = Duration::from_secs(86_400);
+    for hold in [
+        day + Duration::from_nanos(1),
+        Duration::from_micros(1 << 53),
+        Duration::MAX,
+    ] {
+        let config = RedisConfig::new("redis://127.0.0.1:1")
+            .hot_keys(HotKeys::adaptive(10, parts).hold(hold));
+        let err = config.build().unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::DurationTooLong {
+                setting: "hot-key hold",
+                max: day
+            }
+        );
+        assert!(err.to_string().contains("hot-key hold"), "{err}");
+    }
+    // The longest hold splits a hot key, and its checks are decided.
+    let server = RedisServer::start();
+    let store = RedisConfig::new(server.url())
+        .prefix("hold")
+        .timeout(Duration::from_secs(10))
+        .hot_keys(HotKeys::adaptive(20, parts).hold(day))
+        .build()
+        .unwrap();
+    let (key, quota) = (Key::from("hot"), Quota::per_second(1_000_000).unwrap());
+    for _ in 0..200 {
+        let decision = match store.check_ready(&key, &quota, 1) {
+            Some(result) => result.unwrap(),
+            None => store.check(&key, &quota, 1).await.unwrap(),
+        };
+        assert!(decision.is_allowed());
+    }
+    assert_eq!(store.split_keys(), vec![(key, 8)], "the key was split");
+}
+
+#[tokio::test]
 async fn a_pool_on_a_cluster_config_is_refused_when_built() {
     // Reproduced: `cluster(nodes).pool(n)` built a pool on the first node alone, as if it
     // were a standalone server: every key on other nodes' slots failed with `MOVED`.

@@ -10,7 +10,7 @@ use redis::aio::ConnectionManagerConfig;
 
 use crate::connection::{Connection, LazyCluster, Link, Single};
 use crate::deny_cache::DenyCache;
-use crate::hot_keys::{HotKeyState, HotKeys};
+use crate::hot_keys::{HotKeyState, HotKeys, MAX_HOLD};
 use crate::lease::{LeasePolicy, Leases};
 use crate::script::MAX_PREFIX_LEN;
 use crate::store::{Local, RedisStore};
@@ -334,6 +334,16 @@ impl RedisConfig {
         if let Some((setting, _)) = zero {
             return Err(ConfigError::ZeroDuration { setting });
         }
+        if self
+            .hot_keys
+            .hold_time()
+            .is_some_and(|hold| hold > MAX_HOLD)
+        {
+            return Err(ConfigError::DurationTooLong {
+                setting: "hot-key hold",
+                max: MAX_HOLD,
+            });
+        }
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(ConfigError::NoRuntime);
         }
@@ -630,6 +640,14 @@ pub enum ConfigError {
         /// Which: `timeout`, `connect_timeout`, `lease period` or `hot-key hold`.
         setting: &'static str,
     },
+    /// A duration is longer than its setting allows: the `hot-key hold`, at most a day (a
+    /// split's end must stay within the integers Redis's scripts count exactly).
+    DurationTooLong {
+        /// Which: `hot-key hold`.
+        setting: &'static str,
+        /// The longest it may be.
+        max: Duration,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -647,6 +665,9 @@ impl fmt::Display for ConfigError {
                 "a pool is for one Redis server: a cluster config takes no pool (the cluster client keeps a connection per node)",
             ),
             Self::ZeroDuration { setting } => write!(f, "the {setting} must be above zero"),
+            Self::DurationTooLong { setting, max } => {
+                write!(f, "the {setting} must be at most {max:?}")
+            }
         }
     }
 }

@@ -30,6 +30,11 @@ const TRACKED: usize = 128;
 /// The window the rate tracker counts checks in.
 const WINDOW: Duration = Duration::from_secs(1);
 
+/// The longest hold of an adaptive split: a split's end (now and its hold, in microseconds)
+/// must stay within the integers Redis's scripts count exactly (below 2^53), and a day is far
+/// past any split's use.
+pub(crate) const MAX_HOLD: Duration = Duration::from_secs(86_400);
+
 /// Whether and how a [`RedisStore`](crate::RedisStore) splits hot keys; see
 /// [`RedisConfig::hot_keys`](crate::RedisConfig::hot_keys).
 ///
@@ -132,7 +137,9 @@ impl HotKeys {
         }
     }
 
-    /// How long an adaptive split outlives its last renewal (default 30 s). No effect on
+    /// How long an adaptive split outlives its last renewal (default 30 s), at most a day:
+    /// [`RedisConfig::build`](crate::RedisConfig::build) refuses a longer one
+    /// ([`ConfigError::DurationTooLong`](crate::ConfigError::DurationTooLong)). No effect on
     /// other modes.
     ///
     /// ```
