@@ -15,13 +15,7 @@ source benches/scripts/http_server.sh
 need wrk wrk
 need perf linux-perf
 build_http_server
-if command -v redis-server >/dev/null; then
-  redis_port=$(free_port)
-  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >/dev/null &
-  redis_pid=$!
-  for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  export REDIS_URL="redis://127.0.0.1:$redis_port"
-fi
+start_redis
 hz=2000
 for mode in "$@"; do
   "$server" "$mode" 127.0.0.1:0 >"$work/log" &

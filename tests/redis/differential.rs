@@ -253,7 +253,7 @@ async fn batches_decide_each_check_as_ratewarden_core_in_order() {
 }
 
 /// One `ratewarden-core` state of any algorithm.
-enum AnyState {
+pub(crate) enum AnyState {
     Gcra(GcraState),
     TokenBucket(TokenBucketState),
     FixedWindow(FixedWindowState),
@@ -262,7 +262,7 @@ enum AnyState {
 }
 
 impl AnyState {
-    fn new(quota: &Quota) -> Self {
+    pub(crate) fn new(quota: &Quota) -> Self {
         match quota.algorithm() {
             Algorithm::Gcra => Self::Gcra(GcraState::default()),
             Algorithm::TokenBucket => Self::TokenBucket(TokenBucketState::default()),
@@ -272,7 +272,7 @@ impl AnyState {
         }
     }
 
-    fn check(&mut self, now: u64, cost: u32, quota: &Quota) -> Decision {
+    pub(crate) fn check(&mut self, now: u64, cost: u32, quota: &Quota) -> Decision {
         let now = Timestamp::from_micros(now);
         match self {
             Self::Gcra(s) => s.check(now, cost, quota),

@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use ratewarden_core::{Key, Quota, Store};
-use ratewarden_redis::RedisConfig;
 use tests::redis_server::RedisServer;
 
 /// A small deterministic generator (xorshift64*).
@@ -30,12 +29,7 @@ impl Rng {
 
 /// The library's name (`ratewarden_<hash>`), once a check has loaded it.
 pub(crate) async fn library(server: &RedisServer) -> String {
-    let store = RedisConfig::new(server.url())
-        .prefix("lone-load")
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .unwrap();
+    let store = crate::store(server, "lone-load").await;
     store
         .check(&Key::from("load"), &Quota::per_second(1).unwrap(), 1)
         .await
@@ -414,56 +408,16 @@ async fn raw_differential() {
 }
 
 mod store_level {
-    use ratewarden_core::algorithm::{
-        AlgorithmState, FixedWindowState, GcraState, SlidingLogState, SlidingWindowState,
-        TokenBucketState,
-    };
-    use ratewarden_core::{Algorithm, Decision, Key, Quota, Timestamp};
-    use ratewarden_redis::RedisConfig;
-    use std::time::Duration;
+    use ratewarden_core::{Algorithm, Key, Quota, Timestamp};
     use tests::redis_server::RedisServer;
 
     use super::Rng;
-
-    enum AnyState {
-        G(GcraState),
-        T(TokenBucketState),
-        F(FixedWindowState),
-        W(SlidingWindowState),
-        L(SlidingLogState),
-    }
-
-    impl AnyState {
-        fn new(q: &Quota) -> Self {
-            match q.algorithm() {
-                Algorithm::Gcra => Self::G(GcraState::default()),
-                Algorithm::TokenBucket => Self::T(TokenBucketState::default()),
-                Algorithm::FixedWindow => Self::F(FixedWindowState::default()),
-                Algorithm::SlidingWindow => Self::W(SlidingWindowState::default()),
-                _ => Self::L(SlidingLogState::default()),
-            }
-        }
-        fn check(&mut self, now: u64, cost: u32, q: &Quota) -> Decision {
-            let now = Timestamp::from_micros(now);
-            match self {
-                Self::G(s) => s.check(now, cost, q),
-                Self::T(s) => s.check(now, cost, q),
-                Self::F(s) => s.check(now, cost, q),
-                Self::W(s) => s.check(now, cost, q),
-                Self::L(s) => s.check(now, cost, q),
-            }
-        }
-    }
+    use crate::differential::AnyState;
 
     /// Batches of up to 128 checks over many keys whose names differ in NUL, `{`, `}` bytes,
     /// and long (digested) ones, 2 quotas each, GCRA mostly: every check as ratewarden-core.
     async fn many_keys(server: &RedisServer) {
-        let store = RedisConfig::new(server.url())
-            .prefix("lone")
-            .timeout(Duration::from_secs(10))
-            .connect()
-            .await
-            .unwrap();
+        let store = crate::store(server, "lone").await;
         let mut rng = Rng(42);
         let mut names: Vec<Key> = Vec::new();
         for i in 0..40u8 {
