@@ -303,12 +303,7 @@ async fn a_user_allowed_functions_but_not_scripts_is_served_after_every_function
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_times_out_in_flight_does_not_stall_the_checks_behind_it() {
     let server = RedisServer::start();
-    let store = RedisConfig::new(server.url())
-        .prefix("stall")
-        .timeout(Duration::from_millis(100))
-        .connect()
-        .await
-        .unwrap();
+    let store = crate::store_with_timeout(&server, "stall", Duration::from_millis(100)).await;
     let quota = Quota::per_hour(1_000).unwrap();
     let key = Key::from("stalled");
     store.check(&key, &quota, 1).await.unwrap();
@@ -346,12 +341,7 @@ async fn checks_that_queue_behind_a_frozen_server_are_each_answered_within_their
     // when a batch's deadline alone bounded its checks, counted from its sending: 176 ms.)
     let server = RedisServer::start();
     let timeout = Duration::from_millis(100);
-    let store = RedisConfig::new(server.url())
-        .prefix("frozen")
-        .timeout(timeout)
-        .connect()
-        .await
-        .unwrap();
+    let store = crate::store_with_timeout(&server, "frozen", timeout).await;
     let quota = Quota::per_hour(1_000).unwrap();
     let key = Key::from("frozen");
     store.check(&key, &quota, 1).await.unwrap();
@@ -388,12 +378,7 @@ async fn checks_held_unpolled_by_one_caller_never_hold_other_checks_past_their_d
     // healthy server waited 3 s (its deadline 200 ms), and forever while they were held.
     let server = RedisServer::start();
     let timeout = Duration::from_millis(200);
-    let store = RedisConfig::new(server.url())
-        .prefix("held")
-        .timeout(timeout)
-        .connect()
-        .await
-        .unwrap();
+    let store = crate::store_with_timeout(&server, "held", timeout).await;
     let quota = Quota::per_hour(1_000).unwrap();
     store.check(&Key::from("warm"), &quota, 1).await.unwrap();
     let held = held_in_flight(&store, quota, "held", 4).await;

@@ -17,12 +17,47 @@ use tests::redis_server::RedisServer;
 /// A server of this test's own, and a store on it with a prefix unique to the test.
 async fn store(server: &RedisServer, prefix: &str) -> RedisStore {
     // Generous: debug builds of 50 concurrent tasks on two cores are slow.
+    store_with_timeout(server, prefix, std::time::Duration::from_secs(10)).await
+}
+
+/// A store on `server` under `prefix` whose checks give up after `timeout`.
+async fn store_with_timeout(
+    server: &RedisServer,
+    prefix: &str,
+    timeout: std::time::Duration,
+) -> RedisStore {
     RedisConfig::new(server.url())
         .prefix(prefix)
-        .timeout(std::time::Duration::from_secs(10))
+        .timeout(timeout)
         .connect()
         .await
         .unwrap()
+}
+
+/// A check's result, and how long it took.
+type Timed = (
+    Result<ratewarden_core::Decision, ratewarden_core::StoreError>,
+    std::time::Duration,
+);
+
+/// `n` checks spawned at once on the current runtime, each of its own key `tag-i`: each
+/// one's result and time, when awaited.
+pub(crate) fn timed_checks(
+    store: &RedisStore,
+    quota: Quota,
+    tag: &str,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Timed>> {
+    (0..n)
+        .map(|i| {
+            let (store, key) = (store.clone(), Key::from(format!("{tag}-{i}")));
+            tokio::spawn(async move {
+                let came = std::time::Instant::now();
+                let result = store.check(&key, &quota, 1).await;
+                (result, came.elapsed())
+            })
+        })
+        .collect()
 }
 
 /// Polls `future` once: whether it is still pending.
