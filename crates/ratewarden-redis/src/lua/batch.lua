@@ -25,23 +25,14 @@
 local states
 
 -- Writes the state of `name` back, if a check wrote it, with the TTL the last such check sets
--- (gcra.lua's `ttl_ms`: only the last write's TTL stands, so only it is worked out).
+-- (`ttl_of`, as gcra.lua's `ttl_ms`: only the last write's TTL stands, so only it is worked
+-- out).
 local function write_back(name)
   local state = states[name]
   if state then
     local shape = state[2]
     if shape then
-      local ttl = 86400000
-      if not shape.test_time then
-        ttl = idiv(state[1] - shape.now + 999, 1000)
-        if ttl < shape.keep then
-          ttl = shape.keep
-        end
-        if ttl < 1 then
-          ttl = 1
-        end
-      end
-      redis.call('SET', name, state[1], 'PX', ttl)
+      redis.call('SET', name, state[1], 'PX', ttl_of(state[1] - shape.now, shape.keep, shape.test_time))
     end
     states[name] = nil
   end

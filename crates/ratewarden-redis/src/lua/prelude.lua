@@ -31,7 +31,7 @@
 -- alone (a peek); granted the units counted.
 -- The check's own values, set by `begin` at each call: the functions below are made once (when
 -- Redis loads the library, or once per `EVAL`), not at every check.
-local key, marker, now, test_time, absent_spent, keep_for, split_slack
+local key, marker, now, test_time, absent_spent, keep_ms, split_slack
 -- Set by each algorithm: configure(), which reads its figures from ARGV.
 local configure
 
@@ -47,7 +47,7 @@ local function begin()
     now = ARGV[3]
   end
   absent_spent = ARGV[6] == 'e'
-  keep_for = ARGV[7]
+  keep_ms = idiv(ARGV[7] + 999, 1000)
   split_slack = ARGV[8]
   configure()
 end
@@ -62,18 +62,7 @@ end
 -- The key expires when its state equals a fresh one (or, for a part, once its split is over):
 -- a TTL in milliseconds relative to the script's now, rounded up and never 0.
 local function ttl_ms(fresh_at)
-  if test_time then
-    return 86400000
-  end
-  local ttl = idiv(at_least_zero(fresh_at - now) + 999, 1000)
-  local keep = idiv(keep_for + 999, 1000)
-  if ttl < keep then
-    ttl = keep
-  end
-  if ttl < 1 then
-    ttl = 1
-  end
-  return ttl
+  return ttl_of(at_least_zero(fresh_at - now), keep_ms, test_time)
 end
 
 local function expire_at(fresh_at)
