@@ -3,7 +3,7 @@
 # bin (as benches/scripts/http_throughput.sh runs it), `perf record -e cpu-clock` (a software
 # clock: it works where a VM offers no hardware counters) samples the server at 2 kHz over
 # SECONDS of `wrk -t1 -c64`; prints µs per request in the kernel, the server's own code and
-# each library, and the hottest symbols. Timings, not instructions: compare modes of one run.
+# each library, and the hottest symbols, in µs per request. Timings, not instructions: compare modes of one run.
 # Usage: benches/scripts/http_profile.sh [SECONDS] MODE...   (from the workspace root; needs
 # perf and wrk, and redis-server for the Redis modes)
 set -euo pipefail
@@ -33,8 +33,9 @@ for mode in "$@"; do
   perf report -i "$work/$mode.data" -n --no-children --sort dso -g none 2>/dev/null \
     | awk -v n="$requests" -v hz="$hz" '/^ +[0-9.]+%/ && $2 * 1e6 / hz / n >= 0.01 {
         printf "| %s | %.2f |\n", $3, $2 * 1e6 / hz / n }'
-  printf '\n| symbol | share of samples |\n|---|---:|\n'
-  perf report -i "$work/$mode.data" --no-children --sort sym -g none 2>/dev/null \
-    | awk '/^ +[0-9.]+%/ && shown++ < 12 {
-        share = $1; $1 = ""; $2 = ""; sub(/^ +/, ""); printf "| `%s` | %s |\n", substr($0, 1, 90), share }'
+  printf '\n| symbol | µs per request |\n|---|---:|\n'
+  perf report -i "$work/$mode.data" -n --no-children --sort sym -g none 2>/dev/null \
+    | awk -v n="$requests" -v hz="$hz" '/^ +[0-9.]+%/ && shown++ < 12 {
+        us = $2 * 1e6 / hz / n; $1 = ""; $2 = ""; $3 = ""; sub(/^ +/, "")
+        printf "| `%s` | %.3f |\n", substr($0, 1, 90), us }'
 done
