@@ -45,11 +45,15 @@ const MAX_IN_FLIGHT: usize = 4;
 /// A check's reply, or why it has none.
 type Reply = Result<Numbers, StoreError>;
 
+/// Queues by their number, itself a hash (of a key's name) or a constant: hashed again by
+/// foldhash (seeded per process, as the default SipHash is), which costs a check less.
+type Queues = HashMap<u64, Queue, foldhash::fast::RandomState>;
+
 /// The queues of a connection, by the node or key their checks go to (see
 /// [`Connection::eval`]); a queue exists while a call of it is in flight.
 #[derive(Debug, Default)]
 pub(crate) struct Batches {
-    queues: Mutex<HashMap<u64, Queue>>,
+    queues: Mutex<Queues>,
 }
 
 #[derive(Debug, Default)]
@@ -321,7 +325,7 @@ fn missing_reply() -> StoreError {
     )
 }
 
-fn lock(batches: &Arc<Batches>) -> std::sync::MutexGuard<'_, HashMap<u64, Queue>> {
+fn lock(batches: &Arc<Batches>) -> std::sync::MutexGuard<'_, Queues> {
     batches
         .queues
         .lock()
