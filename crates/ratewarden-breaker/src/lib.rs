@@ -267,12 +267,23 @@ impl<S, C> CircuitBreakerBuilder<S, C> {
         self
     }
 
-    /// How long a probe may take before it counts as failed (default 1 s): past it, the next
-    /// call opens the breaker again (for twice the backoff), whatever became of the probe, so
-    /// that a store that never answers (one without a deadline of its own) cannot hold the
-    /// breaker half-open.
+    /// How long a probe may take before it counts as failed (default 1 s; at least 1 ms): past
+    /// it, the next call opens the breaker again (for twice the backoff), whatever became of
+    /// the probe, so that a store that never answers (one without a deadline of its own)
+    /// cannot hold the breaker half-open. Keep it at or above the store's own deadline
+    /// (`RedisConfig::timeout`): a probe the store may still answer in time would otherwise
+    /// count as failed whenever another call comes while it runs.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let breaker = ratewarden_breaker::CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
+    ///     .probe_timeout(Duration::from_millis(500))
+    ///     .build();
+    /// # let _ = breaker;
+    /// ```
     pub fn probe_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.probe_timeout = timeout;
+        // Zero would make every call that comes while a probe runs fail it.
+        self.settings.probe_timeout = timeout.max(Duration::from_millis(1));
         self
     }
 

@@ -318,6 +318,29 @@ fn a_probe_that_never_answers_does_not_hold_the_breaker_half_open() {
     assert_eq!(breaker.state(), BreakerState::Closed);
 }
 
+#[test]
+fn a_zero_probe_timeout_does_not_reopen_the_breaker_while_its_probe_runs() {
+    // Reproduced: `probe_timeout(Duration::ZERO)` was accepted, and then every call that came
+    // while a probe was in flight found the probe past its time and opened the breaker again:
+    // under load, a healthy store was never probed to a close.
+    let (builder, clock) = configured();
+    let breaker = builder.probe_timeout(Duration::ZERO).build();
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        check(&breaker).unwrap_err();
+    }
+    clock.advance(Duration::from_secs(1));
+    let probe = start(&breaker, HANG);
+    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    // Another call at the same moment: refused while the probe runs, the breaker half-open.
+    assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::CircuitOpen));
+    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    drop(probe);
+    breaker.get_ref().set(ALLOW);
+    assert!(check(&breaker).expect("a new probe").is_allowed());
+    assert_eq!(breaker.state(), BreakerState::Closed);
+}
+
 #[cfg(rl_loom)]
 mod loom_tests {
     //! The breaker's state machine under every interleaving loom finds:
