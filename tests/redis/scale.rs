@@ -171,6 +171,62 @@ async fn leases_overshoot_at_most_the_documented_bound() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_read_late_is_spent_only_within_its_period_from_its_call() {
+    // Reproduced (an attack run): a check's future polled once (its call sent, Redis granting
+    // a lease) and then held for a while started its lease's period when its reply was read.
+    // The lease's tokens, granted a second before, were spent on top of a bucket that had
+    // refilled meanwhile: 20 admitted in 16 ms of a 10/s quota whose bound is 11.
+    let server = RedisServer::start();
+    let quota = Quota::per_second(10).unwrap();
+    let leasing = config(server.url(), "lease-late")
+        .lease(NonZeroU32::new(10).unwrap(), Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let other = config(server.url(), "lease-late").build().unwrap();
+    warm_up(&leasing).await;
+    warm_up(&other).await;
+    let mut held = None;
+    for attempt in 0..100 {
+        let key = Key::from(format!("tenant-{attempt}"));
+        let mut check = {
+            let (store, key) = (leasing.clone(), key.clone());
+            Box::pin(async move { store.check(&key, &quota, 1).await })
+        };
+        if crate::pending_after_one_poll(&mut check).await {
+            held = Some((key, check));
+            break;
+        }
+    }
+    let (key, held) = held.expect("every check was answered within its first poll");
+    // Redis grants the lease; its caller holds the check while the bucket refills (1 s)...
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // ...and another gateway spends the burst.
+    let start = Instant::now();
+    let mut admitted = 0_u32;
+    for _ in 0..20 {
+        admitted += u32::from(other.check(&key, &quota, 1).await.unwrap().is_allowed());
+    }
+    assert_eq!(admitted, 10);
+    // The held check is read: its own unit was spent when Redis granted it; the lease's
+    // period, counted from the call, is over.
+    admitted += u32::from(held.await.unwrap().is_allowed());
+    for _ in 0..20 {
+        let decision = match leasing.check_ready(&key, &quota, 1) {
+            Some(result) => result.unwrap(),
+            None => leasing.check(&key, &quota, 1).await.unwrap(),
+        };
+        admitted += u32::from(decision.is_allowed());
+    }
+    // GCRA admits at most the burst and the rate over any window; leases add at most
+    // min(rate × period, gateways × batch) = 1.
+    let bound = 10.0 + 10.0 * start.elapsed().as_secs_f64() + 1.0;
+    assert!(
+        f64::from(admitted) <= bound,
+        "{admitted} admitted, bound {bound:.1}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_save_round_trips_below_the_limit() {
     let server = RedisServer::start();
     let batch = 20_u32;

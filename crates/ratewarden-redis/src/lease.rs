@@ -1,5 +1,7 @@
 //! Token leases: a gateway takes a batch of a key's quota from Redis in one round trip and
-//! spends it locally until the batch runs out or the lease period ends.
+//! spends it locally until the batch runs out or the lease period ends. The period counts
+//! from when the call was sent, before Redis granted the batch, so that a reply read late (its
+//! check's future held before it is polled) never spends its tokens past `grant + period`.
 //!
 //! Redis deducts a batch when it grants it, so leases never create quota; they move its use
 //! later by at most one period. A request admitted at `t` spends a token granted in
@@ -96,8 +98,9 @@ impl Leases {
         (cost > 0 && cost < batch).then_some(batch)
     }
 
-    /// Redis granted `granted` units of `key`'s quota at `now`, of which `cost` are spent at
-    /// once: the rest is leased.
+    /// Redis granted `granted` units of `key`'s quota at `now` or after (the time the call
+    /// was sent), of which `cost` are spent at once: the rest is leased for the period from
+    /// `now`.
     pub(crate) fn granted(
         &self,
         key: &Key,

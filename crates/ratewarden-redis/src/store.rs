@@ -490,7 +490,9 @@ impl Store for RedisStore {
         match &decision {
             Decision::Allowed(info) if granted > cost => {
                 if let Some(leases) = leases {
-                    leases.granted(key, *quota, (granted, cost), info, self.now());
+                    // From before the call: Redis granted the lease after `now`, and its
+                    // reply may be read any time later (a future held before it is polled).
+                    leases.granted(key, *quota, (granted, cost), info, now);
                 }
                 let held = u64::from(granted - cost);
                 return Ok(Decision::Allowed(Info::new(
