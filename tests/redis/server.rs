@@ -369,6 +369,32 @@ async fn a_hot_key_hold_past_a_day_is_refused_when_built() {
     assert_eq!(store.split_keys(), vec![(key, 8)], "the key was split");
 }
 
+#[test]
+fn a_deadline_past_a_day_with_adaptive_hot_keys_is_refused_when_built() {
+    // Reproduced (an attack run): with adaptive hot keys the deadline is also how long a
+    // split key waits after its split; `timeout(Duration::MAX)` sent Redis a wait of 1.8e19
+    // µs, past the integers its scripts count exactly, and the first check after each split
+    // failed (`rl: corrupt state`) where it should have been decided.
+    use ratewarden_redis::{ConfigError, HotKeys, RedisConfig};
+    let day = Duration::from_secs(86_400);
+    let adaptive = || HotKeys::adaptive(10, std::num::NonZeroU32::new(2).unwrap());
+    for timeout in [day + Duration::from_nanos(1), Duration::MAX] {
+        let err = RedisConfig::new("redis://127.0.0.1:1")
+            .timeout(timeout)
+            .hot_keys(adaptive())
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::DurationTooLong {
+                setting: "timeout (with adaptive hot keys)",
+                max: day
+            }
+        );
+        assert!(err.to_string().contains("timeout"), "{err}");
+    }
+}
+
 #[tokio::test]
 async fn a_pool_on_a_cluster_config_is_refused_when_built() {
     // Reproduced: `cluster(nodes).pool(n)` built a pool on the first node alone, as if it

@@ -151,7 +151,9 @@ impl RedisConfig {
     /// pooled connection, reconnecting, reloading a flushed script and the round trip all count.
     /// Past it, the call fails with [`StoreErrorKind::Timeout`] and the layer's failure mode
     /// answers. Redis answers a healthy check in well under a millisecond; the deadline is for
-    /// a Redis that is stopped, paused, busy or unreachable.
+    /// a Redis that is stopped, paused, busy or unreachable. With adaptive
+    /// [hot keys](Self::hot_keys) it is also how long a key waits after its split ends, and
+    /// must be at most a day ([`build`](Self::build) refuses more).
     ///
     /// See the example on [`RedisConfig`].
     pub const fn timeout(mut self, deadline: Duration) -> Self {
@@ -334,15 +336,22 @@ impl RedisConfig {
         if let Some((setting, _)) = zero {
             return Err(ConfigError::ZeroDuration { setting });
         }
-        if self
-            .hot_keys
-            .hold_time()
-            .is_some_and(|hold| hold > MAX_HOLD)
-        {
-            return Err(ConfigError::DurationTooLong {
-                setting: "hot-key hold",
-                max: MAX_HOLD,
-            });
+        if let Some(hold) = self.hot_keys.hold_time() {
+            // A split's end, and the deadline a split key then waits (its checks' margin),
+            // go to Redis as microseconds: they must stay within the integers it counts
+            // exactly (2^53).
+            let long = [
+                ("hot-key hold", hold),
+                ("timeout (with adaptive hot keys)", self.timeout),
+            ]
+            .into_iter()
+            .find(|&(_, duration)| duration > MAX_HOLD);
+            if let Some((setting, _)) = long {
+                return Err(ConfigError::DurationTooLong {
+                    setting,
+                    max: MAX_HOLD,
+                });
+            }
         }
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(ConfigError::NoRuntime);
@@ -640,10 +649,11 @@ pub enum ConfigError {
         /// Which: `timeout`, `connect_timeout`, `lease period` or `hot-key hold`.
         setting: &'static str,
     },
-    /// A duration is longer than its setting allows: the `hot-key hold`, at most a day (a
-    /// split's end must stay within the integers Redis's scripts count exactly).
+    /// A duration is longer than its setting allows: the `hot-key hold`, and the `timeout`
+    /// with adaptive hot keys (how long a split key waits after its split), at most a day
+    /// each (a split's end must stay within the integers Redis's scripts count exactly).
     DurationTooLong {
-        /// Which: `hot-key hold`.
+        /// Which: `hot-key hold`, or `timeout (with adaptive hot keys)`.
         setting: &'static str,
         /// The longest it may be.
         max: Duration,
