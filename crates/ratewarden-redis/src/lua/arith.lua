@@ -28,3 +28,16 @@ local function ttl_of(fresh_in, keep, test_time)
   end
   return ttl
 end
+
+-- The number a stored state's field holds: a whole number from 0 to 2^53 - 1 in decimal
+-- digits, else nil. Not 'inf', 'nan', a sign, a fraction or an exponent, nor hexadecimal or
+-- blanks around the digits, which `tonumber` would read as numbers: no gateway writes them.
+-- A number (which a script put in place of a field it read) is its own: `n == stored` only
+-- then, strings never equal numbers.
+local function stored_number(stored)
+  local n = tonumber(stored)
+  if n == nil or n >= 9007199254740992 or (n ~= stored and not string.find(stored, '^%d+$')) then
+    return nil
+  end
+  return n
+end

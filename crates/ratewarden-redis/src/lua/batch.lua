@@ -68,8 +68,8 @@ local function gcra_state(name)
   if type(stored) == 'table' then
     return nil
   elseif stored then
-    tat = tonumber(stored)
-    if tat == nil or tat ~= tat or tat < 0 or tat >= 9007199254740992 or tat ~= math.floor(tat) then
+    tat = stored_number(stored)
+    if tat == nil then
       return nil
     end
   end

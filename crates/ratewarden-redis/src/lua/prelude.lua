@@ -69,13 +69,9 @@ local function expire_at(fresh_at)
   redis.call('PEXPIRE', key, ttl_ms(fresh_at))
 end
 
--- A stored number: a whole number from 0 to 2^53 - 1, nothing else (not 'inf', not 'nan').
+-- A stored number (`stored_number`), or the error of a corrupt state.
 local function number(value)
-  local n = tonumber(value)
-  if n == nil or n ~= n or n < 0 or n >= 9007199254740992 or n ~= math.floor(n) then
-    error('rl: corrupt state')
-  end
-  return n
+  return stored_number(value) or error('rl: corrupt state')
 end
 
 -- Set by each algorithm: decide(cost, write), and spend(at), which writes a state spent at
