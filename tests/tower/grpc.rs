@@ -53,3 +53,23 @@ async fn a_tonic_client_gets_resource_exhausted_with_retry_metadata() {
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_get_claiming_grpc_is_denied_as_http() {
+    // Reproduced: gRPC was told by the request's content type alone, so a plain GET sent with
+    // `content-type: application/grpc` was denied with a gRPC answer: `200 OK`, an empty body
+    // and no caching rule, which a shared cache could store and serve to everyone.
+    use crate::support::{app, get_from, send};
+    use http::StatusCode;
+    let (store, _clock) = manual_store();
+    let app = app().layer(RateLimitLayer::new(
+        store,
+        Quota::per_minute(1).unwrap(),
+        PeerIp::new(),
+    ));
+    let req = || get_from("192.0.2.1:1", "/", &[("content-type", b"application/grpc")]);
+    assert_eq!(send(&app, req()).await.0.status(), StatusCode::OK);
+    let (denied, _) = send(&app, req()).await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(!denied.headers().contains_key("grpc-status"));
+}

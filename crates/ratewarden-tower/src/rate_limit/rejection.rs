@@ -69,7 +69,7 @@ impl Denied {
         self.reason
     }
 
-    /// Whether the request is a gRPC call (`content-type: application/grpc...`).
+    /// Whether the request is a gRPC call (a `POST` with `content-type: application/grpc...`).
     #[must_use]
     pub const fn is_grpc(&self) -> bool {
         self.grpc

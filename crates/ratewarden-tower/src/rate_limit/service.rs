@@ -228,10 +228,15 @@ fn clone_response(response: &Response<Bytes>) -> Response<Bytes> {
     copy
 }
 
+/// A gRPC (or gRPC-Web) call: a `POST` with a gRPC content type. Any other request is
+/// answered in HTTP whatever its content type claims, so that a client cannot turn its 429
+/// into a gRPC answer's `200 OK`, which a shared cache could store for a `GET`.
 fn is_grpc<B>(req: &Request<B>) -> bool {
-    req.headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"))
+    req.method() == Method::POST
+        && req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"))
 }
 
 fn is_preflight<B>(req: &Request<B>) -> bool {
