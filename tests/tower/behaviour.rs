@@ -569,3 +569,78 @@ fn counters(snapshotter: &metrics_util::debugging::Snapshotter) -> Vec<(String, 
         })
         .collect()
 }
+
+#[tokio::test]
+async fn fail_closed_lets_an_allowlisted_ipv6_address_through_by_its_extractors_prefix() {
+    // Reproduced: `allow([Key::from(ipv6)])` never matched, since `PeerIp` and `ClientIp` key
+    // an IPv6 client by its /64: the allow-listed health checker got 503s while the store
+    // failed.
+    let checker = Key::from("2001:db8::9".parse::<std::net::IpAddr>().unwrap());
+    for (extractor, neighbour) in [
+        // The /64 is one client to the layer: a neighbour in it shares the checker's key.
+        (PeerIp::new(), StatusCode::OK),
+        (
+            PeerIp::new().ipv6_prefix(128),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+    ] {
+        let layer = RateLimitLayer::new(Broken, Quota::per_minute(1).unwrap(), extractor)
+            .on_store_error(FailureMode::closed().allow([checker.clone()]));
+        let app = app().layer(layer);
+        for _ in 0..2 {
+            let (allowed, _) = send(&app, get_from("[2001:db8::9]:1", "/", &[])).await;
+            assert_eq!(allowed.status(), StatusCode::OK);
+            let (same_64, _) = send(&app, get_from("[2001:db8::7]:1", "/", &[])).await;
+            assert_eq!(same_64.status(), neighbour);
+            let (other, _) = send(&app, get_from("[2001:db8:0:1::9]:1", "/", &[])).await;
+            assert_eq!(other.status(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_header_key_sent_twice_or_empty_is_refused_even_when_keyless_requests_are_skipped() {
+    // Reproduced: with `MissingKey::Skip`, a request whose key header came twice (or empty)
+    // counted as having no key and went through uncounted, while the application, reading
+    // the first value, served it as that key's: the client left its own limit at will.
+    let (store, _) = manual_store();
+    let layer = RateLimitLayer::new(
+        store.clone(),
+        Quota::per_minute(1).unwrap(),
+        ratewarden_tower::key::Header::new(http::HeaderName::from_static("x-api-key")),
+    )
+    .on_missing_key(MissingKey::Skip);
+    let app = app().layer(layer);
+    let statuses = |headers: &'static [(&'static str, &'static [u8])]| {
+        let app = app.clone();
+        async move {
+            let mut statuses = Vec::new();
+            for _ in 0..3 {
+                statuses.push(
+                    send(&app, get_from("192.0.2.1:1", "/", headers))
+                        .await
+                        .0
+                        .status(),
+                );
+            }
+            statuses
+        }
+    };
+    // No key at all: skipped, as configured.
+    assert_eq!(statuses(&[]).await, [StatusCode::OK; 3]);
+    let twice: &[(&str, &[u8])] = &[("x-api-key", b"k1"), ("x-api-key", b"k1")];
+    assert_eq!(statuses(twice).await, [StatusCode::BAD_REQUEST; 3]);
+    assert_eq!(
+        statuses(&[("x-api-key", b"")]).await,
+        [StatusCode::BAD_REQUEST; 3]
+    );
+    // The key itself is limited.
+    assert_eq!(
+        statuses(&[("x-api-key", b"k1")]).await,
+        [
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}

@@ -253,3 +253,87 @@ async fn route_layer_keeps_unknown_paths_404_where_layer_answers_for_them() {
         StatusCode::UNAUTHORIZED
     );
 }
+
+#[test]
+fn a_token_without_the_configured_issuer_or_audience_is_no_key() {
+    // Reproduced: with `issuer` or `audience` set, a correctly signed token that carried no
+    // `iss` (or no `aud`) was still a key: jsonwebtoken checks those claims only when present,
+    // unless told they are required.
+    use ratewarden_tower::key::KeyExtractor;
+    let exp = now_secs() + 3_600;
+    let bare = signed(
+        jsonwebtoken::Algorithm::HS256,
+        &serde_json::json!({ "sub": "u1", "exp": exp }),
+    );
+    let issuer = JwtClaim::hs256(SECRET)
+        .unwrap()
+        .issuer(["https://idp.example.com/"]);
+    let audience = JwtClaim::hs256(SECRET)
+        .unwrap()
+        .audience(["https://api.example.com"]);
+    assert_eq!(issuer.extract(&bearer(&bare)), None);
+    assert_eq!(audience.extract(&bearer(&bare)), None);
+    let full = signed(
+        jsonwebtoken::Algorithm::HS256,
+        &serde_json::json!({
+            "sub": "u1", "exp": exp, "iss": "https://idp.example.com/", "aud": "https://api.example.com"
+        }),
+    );
+    assert_eq!(issuer.extract(&bearer(&full)), Some(Key::from("u1")));
+    assert_eq!(audience.extract(&bearer(&full)), Some(Key::from("u1")));
+}
+
+#[tokio::test]
+async fn a_token_sent_twice_or_forged_is_refused_even_when_keyless_requests_are_skipped() {
+    // Reproduced: with `MissingKey::Skip` (anonymous requests left to another limit), a
+    // client past its quota sent its valid token twice: the limit saw no key and let the
+    // request through uncounted, while the application's authentication (reading the first
+    // value, as `HeaderMap::get` does) served it as the client's.
+    let (store, _) = manual_store();
+    let per_user = RateLimitLayer::new(
+        store.clone(),
+        Quota::per_minute(2).unwrap(),
+        JwtClaim::hs256(SECRET).unwrap(),
+    )
+    .on_missing_key(MissingKey::Skip);
+    let app = app().layer(per_user);
+    let valid = format!("Bearer {}", token(SECRET, "alice", now_secs() + 3_600));
+    let forged = format!(
+        "Bearer {}",
+        token(b"wrong secret", "alice", now_secs() + 3_600)
+    );
+    let status = |headers: Vec<(&'static str, Vec<u8>)>| {
+        let app = app.clone();
+        async move {
+            let headers: Vec<(&str, &[u8])> =
+                headers.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+            send(&app, get_from("192.0.2.1:1", "/", &headers)).await.0
+        }
+    };
+    let once = || vec![("authorization", valid.clone().into_bytes())];
+    let twice = || {
+        vec![
+            ("authorization", valid.clone().into_bytes()),
+            ("authorization", valid.clone().into_bytes()),
+        ]
+    };
+    for expected in [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::TOO_MANY_REQUESTS,
+    ] {
+        assert_eq!(status(once()).await.status(), expected);
+    }
+    for headers in [
+        twice(),
+        vec![("authorization", forged.clone().into_bytes())],
+    ] {
+        let response = status(headers).await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    }
+    // No credential at all, or another scheme's: skipped, as configured.
+    assert_eq!(status(vec![]).await.status(), StatusCode::OK);
+    let basic = vec![("authorization", b"Basic dTpw".to_vec())];
+    assert_eq!(status(basic).await.status(), StatusCode::OK);
+}

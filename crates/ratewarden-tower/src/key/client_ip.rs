@@ -8,7 +8,7 @@ use http::{HeaderMap, Request};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use ratewarden_core::Key;
 
-use super::peer_ip::{DEFAULT_IPV6_PREFIX, ip_key};
+use super::peer_ip::{DEFAULT_IPV6_PREFIX, ip_key, ip_key_for};
 use super::{KeyExtractor, peer_addr};
 
 mod parse;
@@ -266,6 +266,16 @@ fn mapped_part(network: Ipv6Net) -> Option<Ipv4Net> {
 impl<B> KeyExtractor<B> for ClientIp {
     fn extract(&self, req: &Request<B>) -> Option<Key> {
         self.client_addr(req).map(|ip| ip_key(ip, self.ipv6_prefix))
+    }
+
+    /// A request from a peer has an address; with none from it, a trusted proxy's header
+    /// was unreadable (malformed, or `X-Real-IP` twice).
+    fn has_unusable_key(&self, req: &Request<B>) -> bool {
+        peer_addr(req).is_some()
+    }
+
+    fn key_for(&self, key: Key) -> Key {
+        ip_key_for(key, self.ipv6_prefix)
     }
 }
 

@@ -8,10 +8,17 @@ use super::KeyExtractor;
 
 /// Keys a request by the value of one header, such as `x-api-key`.
 ///
-/// A request whose header is absent, empty, or present more than once has no key (two values
-/// would make the choice the client's). [`Header::secret`] keeps only a SHA-256 digest of the
-/// value, so an API key is never stored or logged; values longer than
-/// [`MAX_KEY_LEN`](ratewarden_core::MAX_KEY_LEN) bytes are always digested.
+/// A request whose header is absent has no key; one whose header is empty or present more
+/// than once has an [unusable](KeyExtractor::has_unusable_key) key (two values would make the
+/// choice the client's), and is refused even when keyless requests are skipped.
+/// [`Header::secret`] keeps only a SHA-256 digest of the value, so an API key is never stored
+/// or logged; values longer than [`MAX_KEY_LEN`](ratewarden_core::MAX_KEY_LEN) bytes are
+/// always digested.
+///
+/// Values are compared byte for byte: key by a header whose value a client cannot vary while
+/// being served as the same identity (an API key, a header your proxy sets). Not `Host`: its
+/// letter case, a port or a trailing dot would each make a new key for the same site, and
+/// HTTP/2 requests carry it as `:authority`, not as a header.
 ///
 /// ```
 /// use http::{HeaderName, Request};
@@ -41,9 +48,10 @@ impl Header {
     ///
     /// ```
     /// use ratewarden_tower::{Key, key::{Header, KeyExtractor}};
-    /// let extractor = Header::new(http::header::HOST);
-    /// let req = http::Request::builder().header("host", "tenant-a.example.com").body(())?;
-    /// assert_eq!(extractor.extract(&req), Some(Key::from("tenant-a.example.com")));
+    /// // A header the gateway's proxy sets, after authenticating the tenant.
+    /// let extractor = Header::new(http::HeaderName::from_static("x-tenant-id"));
+    /// let req = http::Request::builder().header("x-tenant-id", "tenant-a").body(())?;
+    /// assert_eq!(extractor.extract(&req), Some(Key::from("tenant-a")));
     /// # Ok::<(), http::Error>(())
     /// ```
     #[must_use]
@@ -83,5 +91,10 @@ impl<B> KeyExtractor<B> for Header {
         } else {
             Key::from_bytes(value.as_bytes())
         })
+    }
+
+    /// Present, but empty or more than once.
+    fn has_unusable_key(&self, req: &Request<B>) -> bool {
+        req.headers().contains_key(&self.name)
     }
 }

@@ -133,7 +133,7 @@ impl JwtClaim {
     }
 
     /// Accepts only tokens whose `aud` (a string, or any element of an array) is one of
-    /// `audiences`: a token issued for another service is no key.
+    /// `audiences`: a token issued for another service, or for none, is no key.
     ///
     /// ```
     /// let extractor = ratewarden_tower::key::JwtClaim::hs256(b"s")?.audience(["https://api.example.com"]);
@@ -146,6 +146,8 @@ impl JwtClaim {
         let validation = Arc::make_mut(&mut self.validation);
         validation.set_audience(&audiences);
         validation.validate_aud = true;
+        // jsonwebtoken checks `aud` only when a token has one, unless it is required.
+        validation.required_spec_claims.insert("aud".to_owned());
         self
     }
 
@@ -159,7 +161,10 @@ impl JwtClaim {
     #[must_use]
     pub fn issuer<I: IntoIterator<Item = S>, S: ToString>(mut self, issuers: I) -> Self {
         let issuers: Vec<String> = issuers.into_iter().map(|i| i.to_string()).collect();
-        Arc::make_mut(&mut self.validation).set_issuer(&issuers);
+        let validation = Arc::make_mut(&mut self.validation);
+        validation.set_issuer(&issuers);
+        // As for `aud`: checked only when present, unless required.
+        validation.required_spec_claims.insert("iss".to_owned());
         self
     }
 
@@ -199,6 +204,23 @@ impl fmt::Debug for JwtClaim {
 impl<B> KeyExtractor<B> for JwtClaim {
     fn challenge(&self) -> Option<http::HeaderValue> {
         Some(http::HeaderValue::from_static("Bearer"))
+    }
+
+    /// `Authorization` twice, or a bearer token that is no key (forged, expired, for another
+    /// audience, without the claim). Another scheme's credentials (`Basic`) are not this
+    /// extractor's: a request with only those carries no key.
+    fn has_unusable_key(&self, req: &Request<B>) -> bool {
+        let mut values = req.headers().get_all(AUTHORIZATION).iter();
+        let Some(value) = values.next() else {
+            return false;
+        };
+        let bearer = value.to_str().map_or(true, |value| {
+            value
+                .trim()
+                .split_once(' ')
+                .is_none_or(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        });
+        values.next().is_some() || bearer
     }
 
     fn extract(&self, req: &Request<B>) -> Option<Key> {

@@ -74,6 +74,51 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     fn challenge(&self) -> Option<http::HeaderValue> {
         None
     }
+
+    /// Whether `req`, which [`extract`](Self::extract) found no key in, carries one that
+    /// cannot be used: the key's header twice or empty, a bearer token that fails
+    /// verification. Such a request is refused even under
+    /// [`MissingKey::Skip`](crate::rate_limit::MissingKey::Skip), which lets through only
+    /// requests that carry no key at all: a client cannot leave its limit by spoiling its own
+    /// key while the application, reading the first value, still serves it as that key's.
+    /// `false` by default (closures: a request without a key carries none).
+    ///
+    /// ```
+    /// use http::{HeaderName, Request};
+    /// use ratewarden_tower::key::{Header, KeyExtractor};
+    ///
+    /// let api_key = Header::new(HeaderName::from_static("x-api-key"));
+    /// let twice = Request::builder()
+    ///     .header("x-api-key", "k1")
+    ///     .header("x-api-key", "k1")
+    ///     .body(())
+    ///     .unwrap();
+    /// assert_eq!(api_key.extract(&twice), None);
+    /// assert!(api_key.has_unusable_key(&twice));
+    /// assert!(!api_key.has_unusable_key(&Request::new(())));
+    /// ```
+    fn has_unusable_key(&self, req: &Request<B>) -> bool {
+        let _ = req;
+        false
+    }
+
+    /// The key this extractor gives the client that [`Key::from`] names as `key`, for lists
+    /// of keys such as [`FailureMode::allow`](crate::rate_limit::FailureMode::allow): `key`
+    /// itself by default. [`PeerIp`] and [`ClientIp`] key an IPv6 client by its network
+    /// prefix (a /64 by default), so an allowed IPv6 address names its network.
+    ///
+    /// ```
+    /// use ratewarden_tower::Key;
+    /// use ratewarden_tower::key::{KeyExtractor, PeerIp};
+    /// use std::net::IpAddr;
+    ///
+    /// let host: IpAddr = "2001:db8::9".parse().unwrap();
+    /// let network: IpAddr = "2001:db8::".parse().unwrap();
+    /// assert_eq!(KeyExtractor::<()>::key_for(&PeerIp::new(), Key::from(host)), Key::from(network));
+    /// ```
+    fn key_for(&self, key: Key) -> Key {
+        key
+    }
 }
 
 impl<B, F> KeyExtractor<B> for F

@@ -3,7 +3,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 use http::Request;
-use ratewarden_core::Key;
+use ratewarden_core::{Key, KeyRepr};
 
 use super::{KeyExtractor, peer_addr};
 
@@ -90,6 +90,18 @@ impl Default for PeerIp {
 impl<B> KeyExtractor<B> for PeerIp {
     fn extract(&self, req: &Request<B>) -> Option<Key> {
         peer_addr(req).map(|addr| ip_key(addr.ip(), self.ipv6_prefix))
+    }
+
+    fn key_for(&self, key: Key) -> Key {
+        ip_key_for(key, self.ipv6_prefix)
+    }
+}
+
+/// The key of the address `key` names, IPv6 masked to `prefix` bits; any other key as is.
+pub(crate) fn ip_key_for(key: Key, prefix: u8) -> Key {
+    match key.repr() {
+        KeyRepr::Ip(bytes) => ip_key(Ipv6Addr::from(*bytes).into(), prefix),
+        _ => key,
     }
 }
 

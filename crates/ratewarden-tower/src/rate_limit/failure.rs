@@ -117,7 +117,10 @@ impl FailureMode {
     }
 
     /// Keys that go through (uncounted) while a [closed](Self::closed) layer's store fails:
-    /// health checkers, internal callers. No effect on other modes.
+    /// health checkers, internal callers. No effect on other modes. Each names a client as
+    /// the layer's extractor keys it ([`key_for`](crate::key::KeyExtractor::key_for)): with
+    /// [`PeerIp`](crate::key::PeerIp) or [`ClientIp`](crate::key::ClientIp), an IPv6 address
+    /// lets through its network (a /64 by default), which is one client to the layer.
     ///
     /// ```
     /// use ratewarden_tower::Key;
@@ -159,12 +162,28 @@ impl FailureMode {
         }
     }
 
-    /// What to do with a request for `key` under `quota` whose store call failed.
-    pub(crate) fn on_failure(&self, key: &Key, quota: &Quota, cost: u32) -> Failed {
+    /// What to do with a request for `key` under `quota` whose store call failed; `key_for`
+    /// is the layer's extractor's [`key_for`](crate::key::KeyExtractor::key_for), the key it
+    /// gives an allowed client.
+    pub(crate) fn on_failure(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        key_for: impl Fn(Key) -> Key,
+    ) -> Failed {
         match &self.kind {
             Kind::Open => Failed::Pass,
-            Kind::Closed { allow } if allow.contains(&key.clone().scoped(0)) => Failed::Pass,
-            Kind::Closed { .. } => Failed::Unavailable,
+            Kind::Closed { allow } => {
+                let key = key.clone().scoped(0);
+                let allowed = allow.contains(&key)
+                    || allow.iter().any(|allowed| key_for(allowed.clone()) == key);
+                if allowed {
+                    Failed::Pass
+                } else {
+                    Failed::Unavailable
+                }
+            }
             Kind::Fallback { store, instances } => {
                 let share = quota.share(*instances);
                 let store = store.get_or_init(MemoryStore::new);

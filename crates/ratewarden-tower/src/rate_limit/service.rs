@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Method, Request, Response, header};
+use http::{Method, Request, Response, StatusCode, header};
 use ratewarden_core::{Decision, Key, Quota, Store, StoreError};
 use tower_service::Service;
 
@@ -91,17 +91,20 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
     }
 
     /// Turns the store's answer into what to do with the request.
-    pub(crate) fn outcome(
+    pub(crate) fn outcome<B>(
         &self,
         result: Result<Decision, StoreError>,
         key: &Key,
         quota: Quota,
         cost: u32,
         grpc: bool,
-    ) -> Outcome {
+    ) -> Outcome
+    where
+        K: KeyExtractor<B>,
+    {
         match result {
             Ok(decision) => self.decided(decision, key, quota, grpc, false),
-            Err(error) => self.store_failed(&error, key, quota, cost, grpc),
+            Err(error) => self.store_failed::<B>(&error, key, quota, cost, grpc),
         }
     }
 
@@ -165,14 +168,17 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         Outcome::Reject(rejection::finish_rejection(rejection, &denied, &headers))
     }
 
-    fn store_failed(
+    fn store_failed<B>(
         &self,
         error: &StoreError,
         key: &Key,
         quota: Quota,
         cost: u32,
         grpc: bool,
-    ) -> Outcome {
+    ) -> Outcome
+    where
+        K: KeyExtractor<B>,
+    {
         // Counted once, by what the failure mode made of it (the store's own failures are
         // counted, by kind, by the circuit breaker). Per request at debug only: a down store fails every request, and the circuit breaker
         // logs its transitions once each.
@@ -180,7 +186,8 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         tracing::debug!(limit = %self.config.name, %error, mode = ?self.config.failure, "rate-limit store failed");
         #[cfg(not(feature = "tracing"))]
         let _ = error;
-        match self.config.failure.on_failure(key, &quota, cost) {
+        let key_for = |allowed: Key| KeyExtractor::<B>::key_for(&self.key, allowed);
+        match self.config.failure.on_failure(key, &quota, cost, key_for) {
             Failed::Pass => {
                 self.counters.count(Event::FailureOpen);
                 Outcome::Allow(None)
@@ -198,7 +205,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
 
     /// The answer to a request without a key, or `None` to let it through uncounted (also in
     /// shadow mode, which never rejects).
-    fn missing_key<B>(&self, grpc: bool) -> Option<Response<Bytes>>
+    fn missing_key<B>(&self, req: &Request<B>) -> Option<Response<Bytes>>
     where
         K: KeyExtractor<B>,
     {
@@ -207,6 +214,20 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         tracing::debug!(limit = %self.config.name, "request has no rate-limit key");
         if self.config.shadow {
             return None;
+        }
+        let grpc = is_grpc(req);
+        if matches!(self.config.missing_key, MissingKey::Skip) {
+            if !self.key.has_unusable_key(req) {
+                return None;
+            }
+            // A key the client spoiled is refused, never skipped: 401 for a credential.
+            let challenge = self.key.challenge();
+            let status = if challenge.is_some() {
+                StatusCode::UNAUTHORIZED
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            return MissingKey::Reject(status).answer(grpc, challenge);
         }
         if grpc || matches!(self.config.missing_key, MissingKey::Respond(_)) {
             // A responder runs for each request, as it would answer it; gRPC answers are rare
@@ -322,16 +343,16 @@ where
         let Some(quota) = shared.policy.quota(&req) else {
             return ResponseFuture::inner(self.inner.call(req), None);
         };
-        let grpc = is_grpc(&req);
         let Some(key) = shared.key.extract(&req).map(|key| key.scoped(config.scope)) else {
-            return match shared.missing_key::<B>(grpc) {
+            return match shared.missing_key(&req) {
                 None => ResponseFuture::inner(self.inner.call(req), None),
                 Some(answer) => ResponseFuture::ready(answer),
             };
         };
         let cost = shared.cost.cost(&req);
+        let grpc = is_grpc(&req);
         if let Some(result) = shared.store.check_ready(&key, &quota, cost) {
-            return match shared.outcome(result, &key, quota, cost, grpc) {
+            return match shared.outcome::<B>(result, &key, quota, cost, grpc) {
                 Outcome::Allow(headers) => ResponseFuture::inner(self.inner.call(req), headers),
                 Outcome::Reject(response) => ResponseFuture::ready(response),
             };
@@ -343,7 +364,7 @@ where
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(Box::pin(async move {
             let result = shared.store.check(&key, &quota, cost).await;
-            match shared.outcome(result, &key, quota, cost, grpc) {
+            match shared.outcome::<B>(result, &key, quota, cost, grpc) {
                 Outcome::Allow(headers) => {
                     let response = inner.call(req).await?;
                     Ok(super::future::finish(response, headers))
