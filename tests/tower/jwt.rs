@@ -281,10 +281,19 @@ fn a_token_without_the_configured_issuer_or_audience_is_no_key() {
     );
     assert_eq!(issuer.extract(&bearer(&full)), Some(Key::from("u1")));
     assert_eq!(audience.extract(&bearer(&full)), Some(Key::from("u1")));
+    // The same through `JwtClaim::new` with a `Validation` that sets them (an attack run
+    // found it still took a token without them).
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+    validation.set_audience(&["https://api.example.com"]);
+    validation.set_issuer(&["https://idp.example.com/"]);
+    let key = jsonwebtoken::DecodingKey::from_secret(SECRET).unwrap();
+    let both = JwtClaim::new(key, validation).unwrap();
+    assert_eq!(both.extract(&bearer(&bare)), None);
+    assert_eq!(both.extract(&bearer(&full)), Some(Key::from("u1")));
 }
 
 #[tokio::test]
-async fn a_token_sent_twice_or_forged_is_refused_even_when_keyless_requests_are_skipped() {
+async fn a_token_sent_twice_is_refused_even_when_keyless_requests_are_skipped() {
     // Reproduced: with `MissingKey::Skip` (anonymous requests left to another limit), a
     // client past its quota sent its valid token twice: the limit saw no key and let the
     // request through uncounted, while the application's authentication (reading the first
@@ -298,42 +307,51 @@ async fn a_token_sent_twice_or_forged_is_refused_even_when_keyless_requests_are_
     .on_missing_key(MissingKey::Skip);
     let app = app().layer(per_user);
     let valid = format!("Bearer {}", token(SECRET, "alice", now_secs() + 3_600));
-    let forged = format!(
-        "Bearer {}",
-        token(b"wrong secret", "alice", now_secs() + 3_600)
-    );
-    let status = |headers: Vec<(&'static str, Vec<u8>)>| {
+    let status = |values: Vec<String>| {
         let app = app.clone();
         async move {
-            let headers: Vec<(&str, &[u8])> =
-                headers.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+            let headers: Vec<(&str, &[u8])> = values
+                .iter()
+                .map(|v| ("authorization", v.as_bytes()))
+                .collect();
             send(&app, get_from("192.0.2.1:1", "/", &headers)).await.0
         }
-    };
-    let once = || vec![("authorization", valid.clone().into_bytes())];
-    let twice = || {
-        vec![
-            ("authorization", valid.clone().into_bytes()),
-            ("authorization", valid.clone().into_bytes()),
-        ]
     };
     for expected in [
         StatusCode::OK,
         StatusCode::OK,
         StatusCode::TOO_MANY_REQUESTS,
     ] {
-        assert_eq!(status(once()).await.status(), expected);
+        assert_eq!(status(vec![valid.clone()]).await.status(), expected);
     }
-    for headers in [
-        twice(),
-        vec![("authorization", forged.clone().into_bytes())],
+    let basic = "Basic dTpw".to_owned();
+    for twice in [
+        vec![valid.clone(), valid.clone()],
+        vec![basic.clone(), valid],
     ] {
-        let response = status(headers).await;
+        let response = status(twice).await;
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(response.headers()["www-authenticate"], "Bearer");
     }
-    // No credential at all, or another scheme's: skipped, as configured.
-    assert_eq!(status(vec![]).await.status(), StatusCode::OK);
-    let basic = vec![("authorization", b"Basic dTpw".to_vec())];
-    assert_eq!(status(basic).await.status(), StatusCode::OK);
+    // No credential, another scheme's, or a bearer token that is not this limit's (a
+    // forged one, which the application refuses itself; another issuer's; an opaque API
+    // key): skipped, as configured. An attack run found that refusing them broke two bearer
+    // limits side by side, each skipping the other's tokens.
+    let forged = format!(
+        "Bearer {}",
+        token(b"wrong secret", "alice", now_secs() + 3_600)
+    );
+    for values in [
+        vec![],
+        vec![basic],
+        vec![forged],
+        vec!["Bearer sk_live_opaque".to_owned()],
+        vec!["Bearer null".to_owned()],
+    ] {
+        assert_eq!(
+            status(values.clone()).await.status(),
+            StatusCode::OK,
+            "{values:?}"
+        );
+    }
 }

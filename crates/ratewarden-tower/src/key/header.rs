@@ -8,7 +8,7 @@ use super::KeyExtractor;
 
 /// Keys a request by the value of one header, such as `x-api-key`.
 ///
-/// A request whose header is absent has no key; one whose header is empty or present more
+/// A request whose header is absent or empty has no key; one whose header is present more
 /// than once has an [unusable](KeyExtractor::has_unusable_key) key (two values would make the
 /// choice the client's), and is refused even when keyless requests are skipped.
 /// [`Header::secret`] keeps only a SHA-256 digest of the value, so an API key is never stored
@@ -93,8 +93,8 @@ impl<B> KeyExtractor<B> for Header {
         })
     }
 
-    /// Present, but empty or more than once.
+    /// More than once: which value the application reads is its own choice.
     fn has_unusable_key(&self, req: &Request<B>) -> bool {
-        req.headers().contains_key(&self.name)
+        req.headers().get_all(&self.name).iter().nth(1).is_some()
     }
 }

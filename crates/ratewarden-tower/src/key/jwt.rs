@@ -122,9 +122,10 @@ impl JwtClaim {
     /// ```
     pub fn new(
         key: DecodingKey,
-        validation: Validation,
+        mut validation: Validation,
     ) -> Result<Self, jsonwebtoken::errors::Error> {
         crypto_backend()?;
+        require_what_is_checked(&mut validation);
         Ok(Self {
             key: Arc::new(key),
             validation: Arc::new(validation),
@@ -146,8 +147,7 @@ impl JwtClaim {
         let validation = Arc::make_mut(&mut self.validation);
         validation.set_audience(&audiences);
         validation.validate_aud = true;
-        // jsonwebtoken checks `aud` only when a token has one, unless it is required.
-        validation.required_spec_claims.insert("aud".to_owned());
+        require_what_is_checked(validation);
         self
     }
 
@@ -163,8 +163,7 @@ impl JwtClaim {
         let issuers: Vec<String> = issuers.into_iter().map(|i| i.to_string()).collect();
         let validation = Arc::make_mut(&mut self.validation);
         validation.set_issuer(&issuers);
-        // As for `aud`: checked only when present, unless required.
-        validation.required_spec_claims.insert("iss".to_owned());
+        require_what_is_checked(validation);
         self
     }
 
@@ -206,21 +205,12 @@ impl<B> KeyExtractor<B> for JwtClaim {
         Some(http::HeaderValue::from_static("Bearer"))
     }
 
-    /// `Authorization` twice, or a bearer token that is no key (forged, expired, for another
-    /// audience, without the claim). Another scheme's credentials (`Basic`) are not this
-    /// extractor's: a request with only those carries no key.
+    /// `Authorization` more than once: which credential the application reads is its own
+    /// choice. A single bearer token that is no key here (forged, expired, another issuer's,
+    /// an opaque API key) is not this limit's, as another scheme's (`Basic`) is not: the
+    /// application refuses or serves it, and another limit may key it.
     fn has_unusable_key(&self, req: &Request<B>) -> bool {
-        let mut values = req.headers().get_all(AUTHORIZATION).iter();
-        let Some(value) = values.next() else {
-            return false;
-        };
-        let bearer = value.to_str().map_or(true, |value| {
-            value
-                .trim()
-                .split_once(' ')
-                .is_none_or(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        });
-        values.next().is_some() || bearer
+        req.headers().get_all(AUTHORIZATION).iter().nth(1).is_some()
     }
 
     fn extract(&self, req: &Request<B>) -> Option<Key> {
@@ -255,6 +245,18 @@ impl<B> KeyExtractor<B> for JwtClaim {
             }
             _ => None,
         }
+    }
+}
+
+/// Requires the audience and issuer `validation` checks: `jsonwebtoken` checks `aud` and `iss`
+/// only in tokens that carry them, unless they are required, and a token for no audience or
+/// from no issuer would be a key.
+fn require_what_is_checked(validation: &mut Validation) {
+    if validation.validate_aud && validation.aud.is_some() {
+        validation.required_spec_claims.insert("aud".to_owned());
+    }
+    if validation.iss.is_some() {
+        validation.required_spec_claims.insert("iss".to_owned());
     }
 }
 

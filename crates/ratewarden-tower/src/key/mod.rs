@@ -76,12 +76,12 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     }
 
     /// Whether `req`, which [`extract`](Self::extract) found no key in, carries one that
-    /// cannot be used: the key's header twice or empty, a bearer token that fails
-    /// verification. Such a request is refused even under
+    /// cannot be used: the key's header (`Authorization` for a token) more than once, or a
+    /// trusted proxy's forwarded address unreadable. Such a request is refused even under
     /// [`MissingKey::Skip`](crate::rate_limit::MissingKey::Skip), which lets through only
-    /// requests that carry no key at all: a client cannot leave its limit by spoiling its own
-    /// key while the application, reading the first value, still serves it as that key's.
-    /// `false` by default (closures: a request without a key carries none).
+    /// requests that carry no key of this limit's: a client cannot leave its limit by
+    /// sending its key twice while the application, reading one of them, still serves it as
+    /// that key's. `false` by default (closures: a request without a key carries none).
     ///
     /// ```
     /// use http::{HeaderName, Request};

@@ -40,11 +40,12 @@ pub enum MissingKey {
     /// Answer with the response this function makes for each such request, as it makes it
     /// (see [`respond`](Self::respond)).
     Respond(Arc<dyn Fn() -> Response<Bytes> + Send + Sync>),
-    /// Let the request through without counting it against this limit, if it carries no key
-    /// at all. One whose key is [unusable](crate::key::KeyExtractor::has_unusable_key) (the
-    /// key's header twice or empty, a bearer token that fails verification) is refused:
-    /// `401` with the extractor's challenge for a credential, else `400`, so that a client
-    /// cannot leave its limit by spoiling its own key.
+    /// Let the request through without counting it against this limit. One whose key is
+    /// [unusable](crate::key::KeyExtractor::has_unusable_key) (the key's header, or
+    /// `Authorization`, more than once) is refused: `401` with the extractor's challenge for
+    /// a credential, else `400`, so that a client cannot leave its limit by sending its key
+    /// twice. A bearer token that is no key of this limit's (another issuer's, an opaque API
+    /// key, a forged one) is skipped like no token: the application refuses or serves it.
     Skip,
 }
 
