@@ -192,7 +192,10 @@ async fn a_corrupt_state_is_a_denial_and_is_replaced_never_unlimited() {
             // Replaced: a state of the right shape, with a TTL (-2: it has expired already,
             // as a fixed window's state does at its window's end, which may be a moment away).
             let ttl: i64 = conn.pttl(&name).await.unwrap();
-            assert!(ttl > 0 || ttl == -2, "{algorithm} {garbage}: no TTL ({ttl})");
+            assert!(
+                ttl > 0 || ttl == -2,
+                "{algorithm} {garbage}: no TTL ({ttl})"
+            );
             victims.push((key, quota));
         }
     }
@@ -375,6 +378,46 @@ async fn a_hot_key_hold_past_a_day_is_refused_when_built() {
         assert!(decision.is_allowed());
     }
     assert_eq!(store.split_keys(), vec![(key, 8)], "the key was split");
+}
+
+#[tokio::test]
+async fn a_whole_number_stored_in_exponent_form_is_read_as_that_number() {
+    // Redis 7.2.0 to 7.2.4 write a whole Lua number with 8 or more trailing zeros in exponent
+    // form (redis/redis#13113): 100000000 as `1e+8`. An attack run found that reading states
+    // as digits only took such states for corrupt ones, and denied their keys.
+    let server = RedisServer::start();
+    let store = crate::store(&server, "exponent").await;
+    let mut conn = raw(&server).await;
+    // A TAT long past (2001, 2017): a fresh key, its whole burst left.
+    let quota = Quota::per_hour(5).unwrap();
+    for tat in ["1e+15", "1.5e+15"] {
+        let key = Key::from(format!("past-{tat}"));
+        let _: () = conn.set(store.state_key(&key, &quota), tat).await.unwrap();
+        let decision = store.check(&key, &quota, 1).await.unwrap();
+        assert!(decision.is_allowed(), "{tat}: {decision:?}");
+        assert_eq!(decision.info().remaining(), 4, "{tat}");
+    }
+    // A fixed window of a billion a day, 100,000,000 spent in today's window.
+    let day = Duration::from_secs(86_400);
+    let quota = Quota::new(1_000_000_000, day)
+        .unwrap()
+        .with_algorithm(Algorithm::FixedWindow)
+        .unwrap();
+    let key = Key::from("a-billion-a-day");
+    let window = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / day.as_secs();
+    let _: () = redis::cmd("HSET")
+        .arg(store.state_key(&key, &quota))
+        .arg(&["w", &window.to_string(), "c", "1e+8"][..])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let decision = store.check(&key, &quota, 1).await.unwrap();
+    assert!(decision.is_allowed(), "{decision:?}");
+    assert_eq!(decision.info().remaining(), 900_000_000 - 1);
 }
 
 #[test]

@@ -12,6 +12,10 @@
 //!   as scripts by SHA, reloaded after `SCRIPT FLUSH`, and a warning is logged once. The
 //!   library is named by a hash of its code, so versions of this crate sharing a server each
 //!   call their own; an old version's library stays until removed (`FUNCTION DELETE`).
+//!   Avoid Redis 7.2.0 to 7.2.4: they pass a script's whole numbers with 8 or more trailing
+//!   zeros to commands in exponent form (redis/redis#13113). States so written are read
+//!   right, but a TTL so written (a multiple of 10^8 ms: only a state that stays more than
+//!   27 hours, and rarely then) is refused, and that check fails.
 //! - Time is the Redis server's `TIME`, read inside the script: gateways whose clocks disagree
 //!   still share one clock. [`RedisStore::measure_clock_skew`] reports (and past a threshold,
 //!   logs) how far this host's clock is from Redis's.

@@ -29,14 +29,21 @@ local function ttl_of(fresh_in, keep, test_time)
   return ttl
 end
 
--- The number a stored state's field holds: a whole number from 0 to 2^53 - 1 in decimal
--- digits, else nil. Not 'inf', 'nan', a sign, a fraction or an exponent, nor hexadecimal or
--- blanks around the digits, which `tonumber` would read as numbers: no gateway writes them.
--- A number (which a script put in place of a field it read) is its own: `n == stored` only
--- then, strings never equal numbers.
+-- The number a stored state's field holds: a whole number from 0 to 2^53 - 1 written in
+-- decimal, else nil. Not 'inf', 'nan', a sign or a fraction, nor hexadecimal (`0x10`) or
+-- blanks around it, which `tonumber` reads as numbers and no gateway writes. A gateway's
+-- states are digits; exponent form is decimal too: Redis 7.2.0 to 7.2.4 write 100000000 as
+-- `1e+8` (redis/redis#13113). A number (which a script put in place of a field it read) is
+-- its own.
 local function stored_number(stored)
   local n = tonumber(stored)
-  if n == nil or n >= 9007199254740992 or (n ~= stored and not string.find(stored, '^%d+$')) then
+  if n == nil or n >= 9007199254740992 then
+    return nil
+  end
+  if n == stored or string.find(stored, '^%d+$') then
+    return n
+  end
+  if n ~= n or n < 0 or n ~= math.floor(n) or string.find(stored, '[xX%s]') then
     return nil
   end
   return n
