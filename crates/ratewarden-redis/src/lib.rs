@@ -79,11 +79,12 @@
 //!   up to a batch of the key's quota from Redis in its one round trip (deducted there at
 //!   once; never more than the burst, and what is left if less) and the gateway spends it
 //!   locally until it runs out or the lease period `p` ends, counted from when its call was
-//!   sent (before Redis granted it, however late its reply is read). A request admitted at `t` spends a
-//!   token granted in `[t - p, t]`, and Redis grants at most `burst + rate × (w + p)` in any
-//!   interval of length `w + p`; so in any interval of length `w` the fleet admits at most the
-//!   quota's `burst + rate × w`, plus an overshoot of at most `rate × p`, and at most the tokens
-//!   the gateways held when the interval began (`gateways × batch`):
+//!   sent (before Redis granted it, however late its reply is read). A request admitted at `t`
+//!   spends a token granted in `[t - p, t]`, and Redis grants at most
+//!   `burst + rate × (w + p)` in any interval of length `w + p`; so in any interval of length
+//!   `w` the fleet admits at most the quota's `burst + rate × w`, plus an overshoot of at most
+//!   `rate × p`, and at most the tokens the gateways held when the interval began
+//!   (`gateways × batch`):
 //!   **overshoot ≤ min(rate × period, gateways × batch)** (a test checks it under overload).
 //!   Tokens unspent when a lease ends are forgotten: under-admission, never over.
 //! - **Hot keys** ([`RedisConfig::hot_keys`], off by default): a key split into `n`

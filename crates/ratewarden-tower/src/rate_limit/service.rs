@@ -220,7 +220,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             if !self.key.has_unusable_key(req) {
                 return None;
             }
-            // A key the client spoiled is refused, never skipped: 401 for a credential.
+            // A key sent twice is refused, never skipped: 401 for a credential.
             let challenge = self.key.challenge();
             let status = if challenge.is_some() {
                 StatusCode::UNAUTHORIZED
