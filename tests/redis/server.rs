@@ -164,6 +164,14 @@ async fn a_corrupt_state_is_a_denial_and_is_replaced_never_unlimited() {
             " 7 ",
             "0x1p4",
             "\t0x0\n",
+            // And, found by a third run once exponent forms were read: a sign, fractions and
+            // exponents that round to whole numbers, an underflow, text after a NUL.
+            "+16",
+            "16.0",
+            "1.6e1",
+            ".16e2",
+            "1e-400",
+            "16\0junk",
         ] {
             let key = Key::from(format!("victim-{garbage}"));
             let name = store.state_key(&key, &quota);
@@ -418,6 +426,38 @@ async fn a_whole_number_stored_in_exponent_form_is_read_as_that_number() {
     let decision = store.check(&key, &quota, 1).await.unwrap();
     assert!(decision.is_allowed(), "{decision:?}");
     assert_eq!(decision.info().remaining(), 900_000_000 - 1);
+}
+
+#[tokio::test]
+async fn a_sliding_log_longer_than_its_limit_is_corrupt_and_replaced_not_an_error() {
+    // Reproduced (an attack run): a log of 9,000 entries stamped in the future (a clock that
+    // stepped back, or garbage) was deleted, then could not be written back (Lua unpacks at
+    // most 8,000 values): the check failed with a script error, and the next one found the
+    // key fresh, with its whole burst. No log is ever longer than its limit.
+    let server = RedisServer::start();
+    let store = crate::store(&server, "long-log").await;
+    let mut conn = raw(&server).await;
+    let quota = Quota::new(5, Duration::from_secs(60))
+        .unwrap()
+        .with_algorithm(Algorithm::SlidingLog)
+        .unwrap();
+    for len in [6_usize, 9_000] {
+        let key = Key::from(format!("long-{len}"));
+        let name = store.state_key(&key, &quota);
+        let _: () = conn
+            .rpush(&name, &vec!["9000000000000000"; len][..])
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let decision = store.check(&key, &quota, 1).await.unwrap();
+            assert!(!decision.is_allowed(), "{len}: {decision:?}");
+        }
+        let kept: usize = conn.llen(&name).await.unwrap();
+        assert_eq!(
+            kept, 5,
+            "{len}: replaced by a spent log of the limit's length"
+        );
+    }
 }
 
 #[test]

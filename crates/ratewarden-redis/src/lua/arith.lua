@@ -29,12 +29,12 @@ local function ttl_of(fresh_in, keep, test_time)
   return ttl
 end
 
--- The number a stored state's field holds: a whole number from 0 to 2^53 - 1 written in
--- decimal, else nil. Not 'inf', 'nan', a sign or a fraction, nor hexadecimal (`0x10`) or
--- blanks around it, which `tonumber` reads as numbers and no gateway writes. A gateway's
--- states are digits; exponent form is decimal too: Redis 7.2.0 to 7.2.4 write 100000000 as
--- `1e+8` (redis/redis#13113). A number (which a script put in place of a field it read) is
--- its own.
+-- The number a stored state's field holds: a whole number from 0 to 2^53 - 1, else nil.
+-- Written as digits, as every Redis but 7.2.0 to 7.2.4 writes a script's whole numbers; those
+-- write one with 8 or more trailing zeros as `fpconv_dtoa` does (redis/redis#13113): a digit,
+-- maybe a point and more digits, `e+` and the exponent (100000000 is `1e+8`). Nothing else
+-- that `tonumber` would read: no sign, fraction, hexadecimal, blanks, nor text after a NUL.
+-- A number (which a script put in place of a field it read) is its own.
 local function stored_number(stored)
   local n = tonumber(stored)
   if n == nil or n >= 9007199254740992 then
@@ -43,8 +43,8 @@ local function stored_number(stored)
   if n == stored or string.find(stored, '^%d+$') then
     return n
   end
-  if n ~= n or n < 0 or n ~= math.floor(n) or string.find(stored, '[xX%s]') then
-    return nil
+  if n == math.floor(n) and string.find(stored, '^%d%.?%d*e%+%d+$') then
+    return n
   end
-  return n
+  return nil
 end

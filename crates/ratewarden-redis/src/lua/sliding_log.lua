@@ -20,6 +20,10 @@ end
 
 decide = function(cost, write)
   local entries = redis.call('LRANGE', key, 0, -1)
+  -- No log is longer than its limit (nor could one of more than 8,000 be written back).
+  if #entries > limit then
+    error('rl: corrupt state')
+  end
   -- Stamps are the time rounded up to the microsecond (ratewarden-core stamps nanoseconds so): equal
   -- to now here, where the clock has microseconds only.
   local stamp = now

@@ -103,10 +103,13 @@ impl JwtClaim {
     }
 
     /// Verifies with `key` under `validation` as given (algorithms, expiry, audience, issuer,
-    /// ...) and keys by `sub`. Note that `jsonwebtoken`'s `Validation` does not check `nbf`
-    /// unless `validate_nbf` is set, and refuses tokens carrying `aud` unless an audience is
-    /// set; the ready-made constructors check `nbf` and accept any audience until
-    /// [`audience`](Self::audience).
+    /// ...), as the application decoding with the same `Validation` does, and keys by `sub`.
+    /// Note that `jsonwebtoken`'s `Validation` does not check `nbf` unless `validate_nbf` is
+    /// set, refuses tokens carrying `aud` unless an audience is set, and checks `aud` and
+    /// `iss` only in tokens that carry them unless they are in `required_spec_claims`; the
+    /// ready-made constructors check `nbf`, accept any audience until
+    /// [`audience`](Self::audience), and require what [`audience`](Self::audience) and
+    /// [`issuer`](Self::issuer) set.
     ///
     /// # Errors
     ///
@@ -122,10 +125,9 @@ impl JwtClaim {
     /// ```
     pub fn new(
         key: DecodingKey,
-        mut validation: Validation,
+        validation: Validation,
     ) -> Result<Self, jsonwebtoken::errors::Error> {
         crypto_backend()?;
-        require_what_is_checked(&mut validation);
         Ok(Self {
             key: Arc::new(key),
             validation: Arc::new(validation),
@@ -147,7 +149,8 @@ impl JwtClaim {
         let validation = Arc::make_mut(&mut self.validation);
         validation.set_audience(&audiences);
         validation.validate_aud = true;
-        require_what_is_checked(validation);
+        // `jsonwebtoken` checks `aud` only in tokens that carry one, unless it is required.
+        validation.required_spec_claims.insert("aud".to_owned());
         self
     }
 
@@ -163,7 +166,7 @@ impl JwtClaim {
         let issuers: Vec<String> = issuers.into_iter().map(|i| i.to_string()).collect();
         let validation = Arc::make_mut(&mut self.validation);
         validation.set_issuer(&issuers);
-        require_what_is_checked(validation);
+        validation.required_spec_claims.insert("iss".to_owned());
         self
     }
 
@@ -245,18 +248,6 @@ impl<B> KeyExtractor<B> for JwtClaim {
             }
             _ => None,
         }
-    }
-}
-
-/// Requires the audience and issuer `validation` checks: `jsonwebtoken` checks `aud` and `iss`
-/// only in tokens that carry them, unless they are required, and a token for no audience or
-/// from no issuer would be a key.
-fn require_what_is_checked(validation: &mut Validation) {
-    if validation.validate_aud && validation.aud.is_some() {
-        validation.required_spec_claims.insert("aud".to_owned());
-    }
-    if validation.iss.is_some() {
-        validation.required_spec_claims.insert("iss".to_owned());
     }
 }
 
