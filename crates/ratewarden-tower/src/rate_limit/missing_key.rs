@@ -45,7 +45,9 @@ pub enum MissingKey {
     /// `Authorization`, more than once) is refused: `401` with the extractor's challenge for
     /// a credential, else `400`, so that a client cannot leave its limit by sending its key
     /// twice. A bearer token that is no key of this limit's (another issuer's, an opaque API
-    /// key, a forged one) is skipped like no token: the application refuses or serves it.
+    /// key, a forged one) is skipped like no token: the application refuses or serves it. So
+    /// verify tokens in the limit as the application does (the same key and `Validation`):
+    /// one the application serves but the limit refuses would pass uncounted.
     Skip,
 }
 
