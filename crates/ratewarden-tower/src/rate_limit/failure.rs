@@ -162,28 +162,29 @@ impl FailureMode {
         }
     }
 
-    /// What to do with a request for `key` under `quota` whose store call failed; `key_for`
-    /// is the layer's extractor's [`key_for`](crate::key::KeyExtractor::key_for), the key it
-    /// gives an allowed client.
+    /// The [allowed](Self::allow) keys as the layer's extractor keys its clients
+    /// ([`key_for`](crate::key::KeyExtractor::key_for)): made once per layer, for
+    /// [`on_failure`](Self::on_failure).
+    pub(crate) fn allowed_as(&self, key_for: impl Fn(Key) -> Key) -> HashSet<Key> {
+        match &self.kind {
+            Kind::Closed { allow } => allow.iter().map(|key| key_for(key.clone())).collect(),
+            Kind::Open | Kind::Fallback { .. } => HashSet::new(),
+        }
+    }
+
+    /// What to do with a request for `key` under `quota` whose store call failed; `allowed`
+    /// is [`allowed_as`](Self::allowed_as) the layer's extractor.
     pub(crate) fn on_failure(
         &self,
         key: &Key,
         quota: &Quota,
         cost: u32,
-        key_for: impl Fn(Key) -> Key,
+        allowed: &HashSet<Key>,
     ) -> Failed {
         match &self.kind {
             Kind::Open => Failed::Pass,
-            Kind::Closed { allow } => {
-                let key = key.clone().scoped(0);
-                let allowed = allow.contains(&key)
-                    || allow.iter().any(|allowed| key_for(allowed.clone()) == key);
-                if allowed {
-                    Failed::Pass
-                } else {
-                    Failed::Unavailable
-                }
-            }
+            Kind::Closed { .. } if allowed.contains(&key.clone().scoped(0)) => Failed::Pass,
+            Kind::Closed { .. } => Failed::Unavailable,
             Kind::Fallback { store, instances } => {
                 let share = quota.share(*instances);
                 let store = store.get_or_init(MemoryStore::new);

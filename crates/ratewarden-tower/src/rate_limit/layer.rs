@@ -295,6 +295,7 @@ where
                 config: self.config.clone(),
                 first_policy: OnceLock::new(),
                 missing_key_answer: OnceLock::new(),
+                allowed: OnceLock::new(),
                 counters: super::observe::Counters::new(&self.config.name),
             }),
         )

@@ -1,5 +1,6 @@
 //! [`RateLimit`]: the service, and how one request is decided.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
@@ -61,6 +62,9 @@ pub(crate) struct Shared<K, St, P, C, R> {
     pub(crate) first_policy: OnceLock<Arc<PolicyHeaders>>,
     /// The answer to a request without a key, made once (`None`: let it through).
     pub(crate) missing_key_answer: OnceLock<Option<Response<Bytes>>>,
+    /// The failure mode's allowed keys as the extractor keys clients, made at the first
+    /// failure.
+    pub(crate) allowed: OnceLock<HashSet<Key>>,
     /// The request counters of this limit (with the `metrics` feature).
     pub(crate) counters: observe::Counters,
 }
@@ -186,8 +190,11 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         tracing::debug!(limit = %self.config.name, %error, mode = ?self.config.failure, "rate-limit store failed");
         #[cfg(not(feature = "tracing"))]
         let _ = error;
-        let key_for = |allowed: Key| KeyExtractor::<B>::key_for(&self.key, allowed);
-        match self.config.failure.on_failure(key, &quota, cost, key_for) {
+        let failure = &self.config.failure;
+        let allowed = self.allowed.get_or_init(|| {
+            failure.allowed_as(|allowed| KeyExtractor::<B>::key_for(&self.key, allowed))
+        });
+        match failure.on_failure(key, &quota, cost, allowed) {
             Failed::Pass => {
                 self.counters.count(Event::FailureOpen);
                 Outcome::Allow(None)
