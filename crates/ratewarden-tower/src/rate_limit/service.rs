@@ -94,32 +94,33 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         }
     }
 
-    /// Turns the store's answer into what to do with the request.
+    /// Turns the store's answer into what to do with `req`.
     pub(crate) fn outcome<B>(
         &self,
         result: Result<Decision, StoreError>,
         key: &Key,
         quota: Quota,
         cost: u32,
-        grpc: bool,
+        req: &Request<B>,
     ) -> Outcome
     where
         K: KeyExtractor<B>,
     {
         match result {
-            Ok(decision) => self.decided(decision, key, quota, grpc, false),
-            Err(error) => self.store_failed::<B>(&error, key, quota, cost, grpc),
+            Ok(decision) => self.decided(decision, key, quota, req, false),
+            Err(error) => self.store_failed(&error, key, quota, cost, req),
         }
     }
 
     /// What to do with a request `decision` decided: by the store, or by the failure mode's
-    /// fallback store (`fallback`), counted under outcomes of its own.
-    fn decided(
+    /// fallback store (`fallback`), counted under outcomes of its own. Whether `req` is a
+    /// gRPC call is looked at only when it is refused.
+    fn decided<B>(
         &self,
         decision: Decision,
         key: &Key,
         quota: Quota,
-        grpc: bool,
+        req: &Request<B>,
         fallback: bool,
     ) -> Outcome {
         let config = &self.config;
@@ -166,7 +167,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             quota,
             name: Arc::clone(&config.name),
             reason,
-            grpc,
+            grpc: is_grpc(req),
         };
         let rejection = self.reject.response(&denied);
         Outcome::Reject(rejection::finish_rejection(rejection, &denied, &headers))
@@ -178,7 +179,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         key: &Key,
         quota: Quota,
         cost: u32,
-        grpc: bool,
+        req: &Request<B>,
     ) -> Outcome
     where
         K: KeyExtractor<B>,
@@ -199,13 +200,13 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
                 self.counters.count(Event::FailureOpen);
                 Outcome::Allow(None)
             }
-            Failed::Decided(decision, share) => self.decided(decision, key, share, grpc, true),
+            Failed::Decided(decision, share) => self.decided(decision, key, share, req, true),
             Failed::Unavailable => {
                 self.counters.count(Event::FailureClosed);
                 if self.config.shadow {
                     return Outcome::Allow(None);
                 }
-                Outcome::Reject(problem::unavailable(grpc))
+                Outcome::Reject(problem::unavailable(is_grpc(req)))
             }
         }
     }
@@ -357,9 +358,8 @@ where
             };
         };
         let cost = shared.cost.cost(&req);
-        let grpc = is_grpc(&req);
         if let Some(result) = shared.store.check_ready(&key, &quota, cost) {
-            return match shared.outcome::<B>(result, &key, quota, cost, grpc) {
+            return match shared.outcome(result, &key, quota, cost, &req) {
                 Outcome::Allow(headers) => ResponseFuture::inner(self.inner.call(req), headers),
                 Outcome::Reject(response) => ResponseFuture::ready(response),
             };
@@ -371,7 +371,7 @@ where
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(Box::pin(async move {
             let result = shared.store.check(&key, &quota, cost).await;
-            match shared.outcome::<B>(result, &key, quota, cost, grpc) {
+            match shared.outcome(result, &key, quota, cost, &req) {
                 Outcome::Allow(headers) => {
                     let response = inner.call(req).await?;
                     Ok(super::future::finish(response, headers))
