@@ -95,6 +95,6 @@ impl<B> KeyExtractor<B> for Header {
 
     /// More than once: which value the application reads is its own choice.
     fn has_unusable_key(&self, req: &Request<B>) -> bool {
-        req.headers().get_all(&self.name).iter().nth(1).is_some()
+        super::sent_twice(req, &self.name)
     }
 }

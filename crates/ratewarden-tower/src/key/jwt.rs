@@ -213,7 +213,7 @@ impl<B> KeyExtractor<B> for JwtClaim {
     /// an opaque API key) is not this limit's, as another scheme's (`Basic`) is not: the
     /// application refuses or serves it, and another limit may key it.
     fn has_unusable_key(&self, req: &Request<B>) -> bool {
-        req.headers().get_all(AUTHORIZATION).iter().nth(1).is_some()
+        super::sent_twice(req, AUTHORIZATION)
     }
 
     fn extract(&self, req: &Request<B>) -> Option<Key> {

@@ -220,6 +220,13 @@ where
     }
 }
 
+/// Whether `req` has the header `name` more than once: a key the client could send twice,
+/// of which the application may read another than the limit would
+/// ([`KeyExtractor::has_unusable_key`]).
+pub(crate) fn sent_twice<B>(req: &Request<B>, name: impl http::header::AsHeaderName) -> bool {
+    req.headers().get_all(name).iter().nth(1).is_some()
+}
+
 /// The connection's peer address, from whichever of these the server put in the request
 /// extensions: a plain `SocketAddr`, axum's `ConnectInfo<SocketAddr>` (feature `axum`), or
 /// tonic's `TcpConnectInfo` (feature `tonic`).
