@@ -187,10 +187,10 @@ local function main()
       local margin = ARGV[11]
       local epoch = now
       local left = 0
-      if standing and tonumber(m[3]) > now then
+      if standing and m[3] > now then
         -- Renewed: the same split goes on.
-        parts = tonumber(m[1])
-        epoch = tonumber(m[2])
+        parts = m[1]
+        epoch = m[2]
       elseif not standing then
         -- A new split: what the key has left now goes to its parts (which the caller seeds).
         local available = guarded(0, false)
@@ -207,12 +207,12 @@ local function main()
       return split_reply(parts, until_us, epoch, left)
     end
     if standing then
-      local until_us = tonumber(m[3])
+      local until_us = m[3]
       if now < until_us then
-        return split_reply(tonumber(m[1]), until_us, tonumber(m[2]), 0)
+        return split_reply(m[1], until_us, m[2], 0)
       end
       -- Over, within its margin: denied until the marker is gone.
-      local free_at = until_us + tonumber(m[4]) + cost * ARGV[4]
+      local free_at = until_us + m[4] + cost * ARGV[4]
       return {0, ARGV[5], 0, at_least_zero(free_at - now), at_least_zero(free_at - now), 0, 0}
     end
   end
