@@ -8,6 +8,7 @@ mod lone;
 mod queue;
 mod scale;
 mod server;
+mod slots;
 mod tls;
 
 use ratewarden_core::{Key, Quota, Store};

@@ -2,9 +2,11 @@
 //! further checks of it queue, and when one returns the queue goes as one call. A check that
 //! finds fewer in flight goes at once: no batching delay, and no added latency when there is
 //! nothing to batch. On one connection every check shares a queue; on a pool or a cluster
-//! each key's state has a queue of its own, so that calls for different keys still go in
-//! parallel over the pool, and a batch never names keys of a slot that is migrating between
-//! nodes (which Redis refuses, `TRYAGAIN`, until the migration ends).
+//! each key's state has a queue of its own (by a hash of its name, seeded per process), so
+//! that calls for different keys still go in parallel over the pool, and a batch holds the
+//! checks of one state only: never two slots (`CROSSSLOT`), nor keys of a slot that is
+//! migrating between nodes (which Redis refuses, `TRYAGAIN`, until the migration ends), even
+//! where two names' hashes are equal.
 //!
 //! Order is kept: a queue goes in arrival order, and the script decides a batch in order, so a
 //! check is decided after every check of its key that was answered before it came, as if
@@ -80,18 +82,42 @@ impl Queue {
             .fold(until, |first, &deadline| first.min(deadline))
     }
 
-    /// The next batch, in `place` until `deadline`: the first checks waiting, but those whose
+    /// The next batch, in `place` until `deadline`: the first checks waiting (with
+    /// `one_state`, the first and those of its state only, in order), but those whose
     /// callers gave up (their deadline passed, or their future was dropped), which are never
     /// sent. `None`, and the place freed, when none is left.
-    fn take_batch(&mut self, place: usize, deadline: Instant) -> Option<Vec<Waiting>> {
+    fn take_batch(
+        &mut self,
+        place: usize,
+        deadline: Instant,
+        one_state: bool,
+    ) -> Option<Vec<Waiting>> {
         self.waiting.retain(|waiting| !waiting.reply.is_closed());
         if self.waiting.is_empty() {
             self.places[place] = None;
             return None;
         }
         self.places[place] = Some(deadline);
-        let rest = self.waiting.split_off(self.waiting.len().min(MAX_BATCH));
-        Some(std::mem::replace(&mut self.waiting, rest))
+        if !one_state {
+            let rest = self.waiting.split_off(self.waiting.len().min(MAX_BATCH));
+            return Some(std::mem::replace(&mut self.waiting, rest));
+        }
+        // Queues are by a hash of the state's name: a batch naming two states could span two
+        // cluster slots (`CROSSSLOT`, failing every check in it).
+        let (mut batch, mut rest) = (Vec::new(), Vec::new());
+        for waiting in self.waiting.drain(..) {
+            let joins = batch.len() < MAX_BATCH
+                && batch
+                    .first()
+                    .is_none_or(|first: &Waiting| first.entry.same_state(&waiting.entry));
+            if joins {
+                batch.push(waiting);
+            } else {
+                rest.push(waiting);
+            }
+        }
+        self.waiting = rest;
+        Some(batch)
     }
 }
 
@@ -125,7 +151,12 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
                     runtime: tokio::runtime::Handle::try_current().ok(),
                 });
                 // A place held past its deadline: the queue goes in it now.
-                let batch = place.and_then(|place| Some((place, q.take_batch(place, deadline)?)));
+                let batch = place.and_then(|place| {
+                    Some((
+                        place,
+                        q.take_batch(place, deadline, connection.one_state_per_batch())?,
+                    ))
+                });
                 Err((receive, batch, q.next_look(now, deadline)))
             }
         }
@@ -176,7 +207,12 @@ fn take_expired_place(connection: &Connection, queue: u64, until: Instant) -> In
         let batch = q
             .free_place(now)
             .filter(|_| !q.waiting.is_empty())
-            .and_then(|place| Some((place, q.take_batch(place, batch_deadline)?)));
+            .and_then(|place| {
+                Some((
+                    place,
+                    q.take_batch(place, batch_deadline, connection.one_state_per_batch())?,
+                ))
+            });
         (batch, q.next_look(now, until))
     };
     if let Some((place, batch)) = batch {
@@ -224,7 +260,7 @@ fn next(connection: &Connection, queue: u64, place: usize, deadline: Instant) {
             return;
         }
         let next_deadline = deadline_after(Instant::now(), connection.timeout());
-        let batch = q.take_batch(place, next_deadline);
+        let batch = q.take_batch(place, next_deadline, connection.one_state_per_batch());
         if batch.is_none() && q.places.iter().all(Option::is_none) {
             queues.remove(&queue);
         }

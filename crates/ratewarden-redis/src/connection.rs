@@ -24,6 +24,9 @@ pub(crate) struct Connection {
     functions: Arc<Functions>,
     /// The deadline of a call: a batch sent for checks that queued gives up then too.
     timeout: Duration,
+    /// Every check shares one queue, whatever its key (tests only: as if every key's queue
+    /// number were the same).
+    one_queue: bool,
 }
 
 /// Whether checks go by the library of Redis functions, and whether it is being loaded.
@@ -57,7 +60,21 @@ impl Connection {
                 no_scripts: AtomicBool::new(false),
             }),
             timeout,
+            one_queue: false,
         }
+    }
+
+    /// This connection, with one queue for every check (see [`crate::batch`]).
+    #[cfg(feature = "test-util")]
+    pub(crate) fn with_one_queue(mut self) -> Self {
+        self.one_queue = true;
+        self
+    }
+
+    /// Whether a batch must hold checks of one state only: on a pool or a cluster, where a
+    /// state's queue is its own (and on a cluster a batch must stay within one slot).
+    pub(crate) const fn one_state_per_batch(&self) -> bool {
+        !matches!(self.link, Link::Single(_))
     }
 
     pub(crate) const fn timeout(&self) -> Duration {
@@ -77,6 +94,7 @@ impl Connection {
     ) -> Result<Numbers, StoreError> {
         let entry = call.entry(prefix, key);
         let queue = match self.link {
+            _ if self.one_queue => 0,
             Link::Single(_) => 0,
             Link::Cluster(_) | Link::Pool(_) => entry.queue(),
         };

@@ -33,9 +33,10 @@ fn kind(error: &redis::RedisError) -> StoreErrorKind {
         Some("BUSY" | "LOADING" | "MASTERDOWN") => StoreErrorKind::Busy,
         Some("OOM") => StoreErrorKind::OutOfMemory,
         Some("READONLY") => StoreErrorKind::ReadOnly,
-        Some("CLUSTERDOWN" | "TRYAGAIN" | "MOVED" | "ASK" | "CROSSSLOT") => {
-            StoreErrorKind::ClusterDown
-        }
+        Some("CLUSTERDOWN" | "TRYAGAIN" | "MOVED" | "ASK") => StoreErrorKind::ClusterDown,
+        // The keys of one call span slots: a fault of that call, not of the cluster (a batch
+        // holds one state's checks, so none should ever get it).
+        Some("CROSSSLOT") => StoreErrorKind::InvalidInput,
         Some("NOAUTH" | "WRONGPASS" | "NOPERM") => StoreErrorKind::Unauthorized,
         Some("WRONGTYPE") => StoreErrorKind::CorruptState,
         _ if message.contains("max number of clients") => StoreErrorKind::Connection,
@@ -80,11 +81,6 @@ mod tests {
                 StoreErrorKind::Connection,
             ),
             (
-                "CROSSSLOT",
-                "Keys in request don't hash to the same slot",
-                StoreErrorKind::ClusterDown,
-            ),
-            (
                 "READONLY",
                 "You can't write against a read only replica.",
                 StoreErrorKind::ReadOnly,
@@ -110,5 +106,8 @@ mod tests {
             "Operation against a key holding the wrong kind",
         );
         assert!(!wrong_type.is_backend_failure());
+        let cross_slot = server("CROSSSLOT", "Keys in request don't hash to the same slot");
+        assert_eq!(cross_slot, StoreErrorKind::InvalidInput);
+        assert!(!cross_slot.is_backend_failure());
     }
 }

@@ -57,12 +57,12 @@
 //! | `BUSY`, `LOADING`, `MASTERDOWN` | `Busy` | yes |
 //! | `OOM` | `OutOfMemory` | yes |
 //! | `READONLY` | `ReadOnly` | yes |
-//! | `CLUSTERDOWN`, `TRYAGAIN`, `MOVED`, `ASK`, `CROSSSLOT`, no connection to a slot's node | `ClusterDown` | yes |
+//! | `CLUSTERDOWN`, `TRYAGAIN`, `MOVED`, `ASK`, no connection to a slot's node | `ClusterDown` | yes |
 //! | `NOAUTH`, `WRONGPASS`, `NOPERM`, a failed `AUTH` | `Unauthorized` | yes |
 //! | a script error, a reply of the wrong shape | `Script` | yes |
 //! | any other error code | `Other` | yes |
 //! | `WRONGTYPE` where a script did not repair it | `CorruptState` | no |
-//! | a bad URL or prefix | `InvalidInput` | no |
+//! | a bad URL or prefix; `CROSSSLOT` (one call's keys span slots: never sent, as a batch holds one state's checks) | `InvalidInput` | no |
 //!
 //! # In front of Redis
 //!

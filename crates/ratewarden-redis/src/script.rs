@@ -352,10 +352,17 @@ impl std::ops::Deref for Args {
 }
 
 impl Entry {
-    /// The queue of the entry's state on a pool or a cluster: its name, hashed.
+    /// The queue of the entry's state on a pool or a cluster: its name, hashed with a seed
+    /// of this process's (two names that share a number share a queue, never a batch).
     pub(crate) fn queue(&self) -> u64 {
         use std::hash::BuildHasher as _;
-        foldhash::fast::FixedState::default().hash_one(&self.name)
+        static SEED: LazyLock<foldhash::fast::RandomState> = LazyLock::new(Default::default);
+        SEED.hash_one(&self.name)
+    }
+
+    /// Whether the two checks are of the same state (the same name: one cluster slot).
+    pub(crate) fn same_state(&self, other: &Self) -> bool {
+        self.name == other.name
     }
 
     fn keys(&self) -> usize {
@@ -590,8 +597,9 @@ pub(crate) fn figures(quota: &Quota, counter: Counter) -> (u64, u64) {
 
 /// The name of a key's state under `quota`:
 /// `PREFIX:{[PART]KIND KEY[STEER]}:LIMIT[:EPOCH]`, where KIND is `i` (an integer, in decimal),
-/// `a` (an address, as text), `s` (a string, as its bytes), `l` (a string too long to fit: the
-/// first 16 bytes of its SHA-256, in hex) or `h` (a digest: its first 16 bytes, in hex); LIMIT
+/// `a` (an address, as text), `s` (a string, as its bytes), `l` (a string too long to fit or
+/// holding a `}`, which would end the tag: the first 16 bytes of its SHA-256, in hex) or `h`
+/// (a digest: its first 16 bytes, in hex); LIMIT
 /// is [`Key::limit_id`] in hex (the scope and the quota; for a part, mixed with the number of
 /// parts); PART, STEER and EPOCH only for a part
 /// of a split key. The key sits in a hash tag, so each key has one cluster slot, which every
@@ -618,7 +626,12 @@ pub(crate) fn state_key(prefix: &str, key: &Key, quota: &Quota, counter: Counter
             name.push(b'a');
             push_ip(&mut name, std::net::Ipv6Addr::from(*ip).to_canonical());
         }
-        KeyRepr::Bytes(bytes) if bytes.len() <= MAX_NAME_LEN - NAME_OVERHEAD - prefix.len() => {
+        // A `}` would end the hash tag early (Redis Cluster hashes a name only up to the first
+        // `}` after its `{`): a key holding one would choose its own slot. It is digested.
+        KeyRepr::Bytes(bytes)
+            if bytes.len() <= MAX_NAME_LEN - NAME_OVERHEAD - prefix.len()
+                && !bytes.contains(&b'}') =>
+        {
             name.push(b's');
             name.extend_from_slice(bytes);
         }
@@ -910,11 +923,60 @@ mod tests {
         assert!(split(i64::MAX).is_err());
     }
 
+    /// The span of `name`'s hash tag as Redis Cluster reads it: from the first `{` to the first
+    /// `}` after it, if there is anything between.
+    fn redis_tag(name: &[u8]) -> Option<std::ops::Range<usize>> {
+        let open = name.iter().position(|&b| b == b'{')?;
+        let close = open + 1 + name[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > open + 1).then_some(open + 1..close)
+    }
+
+    #[test]
+    fn no_byte_of_a_key_ends_or_moves_its_hash_tag() {
+        let mut rng = fastrand::Rng::with_seed(20);
+        let alphabet = b"{}:%7Dd5\0\x7f\x80\xff a";
+        let quota = Quota::per_second(1).unwrap();
+        let mut names = std::collections::HashMap::new();
+        for round in 0..5_000 {
+            let len = rng.usize(0..=300);
+            let bytes: Vec<u8> = if round % 2 == 0 {
+                (0..len)
+                    .map(|_| alphabet[rng.usize(..alphabet.len())])
+                    .collect()
+            } else {
+                (0..len).map(|_| rng.u8(..)).collect()
+            };
+            let key = Key::from_bytes(&bytes);
+            let whole = state_key("rl", &key, &quota, Counter::Whole);
+            // The tag runs from the prefix's `:{` to the `}:` before the limit's 16 hex digits.
+            let tag = redis_tag(&whole).unwrap();
+            assert_eq!(tag.start, 4, "{bytes:?}: {whole:?}");
+            assert_eq!(tag.end, whole.len() - 18, "{bytes:?}: {whole:?}");
+            let marker = marker_key(&whole);
+            assert_eq!(redis_tag(&marker), Some(tag.clone()));
+            let part = Counter::Part {
+                index: 3,
+                parts: 8,
+                epoch: Some(Timestamp::from_micros(9)),
+            };
+            let part = state_key("rl", &key, &quota, part);
+            assert_eq!(redis_tag(&part).unwrap().end, part.len() - 35, "{part:?}");
+            // Different keys, different names.
+            if let Some(other) = names.insert(whole.clone(), bytes.clone()) {
+                assert_eq!(other, bytes, "two keys share the name {whole:?}");
+            }
+        }
+    }
+
     #[test]
     fn names_keep_user_bytes_inside_their_hash_tag_and_never_collide() {
         let key = Key::from("}{evil}");
         let layout = name("rl", &key, Counter::Whole);
-        assert!(layout.starts_with(b"rl:{s}{evil}}:"), "{layout:?}");
+        let digest = Sha256::digest(b"}{evil}");
+        let mut tag = b"rl:{l".to_vec();
+        hex(&mut tag, &digest[..16]);
+        tag.extend_from_slice(b"}:");
+        assert!(layout.starts_with(&tag), "{layout:?}");
         let (q1, q2) = (Quota::per_second(1).unwrap(), Quota::per_second(2).unwrap());
         let whole = |key: &Key, q: &Quota| state_key("p", key, q, Counter::Whole);
         assert_ne!(whole(&Key::from("7"), &q1), whole(&Key::from(7u64), &q1));

@@ -143,13 +143,24 @@ impl RedisStore {
     }
 
     /// [`Store::check`] at a given time (since the UNIX epoch; the scripts see its whole
-    /// microseconds) instead of Redis's clock, on the key's own counter: for tests that compare the scripts with `ratewarden-core`
-    /// step by step.
+    /// microseconds) instead of Redis's clock, on the key's own counter: for tests that
+    /// compare the scripts with `ratewarden-core` step by step. The state written lives a
+    /// day longer than its own TTL, as test time may run ahead of Redis's.
     ///
     /// # Errors
     ///
     /// As for [`Store::check`].
-    #[doc(hidden)]
+    ///
+    /// ```no_run
+    /// # async fn demo(store: ratewarden_redis::RedisStore) -> Result<(), ratewarden_core::StoreError> {
+    /// use ratewarden_core::{Key, Quota, Timestamp};
+    /// let quota = Quota::per_second(1).unwrap();
+    /// let at = Timestamp::from_micros(1_700_000_000_000_000);
+    /// assert!(store.check_at(&Key::from(7u64), &quota, 1, at).await?.is_allowed());
+    /// assert!(!store.check_at(&Key::from(7u64), &quota, 1, at).await?.is_allowed());
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "test-util")]
     pub async fn check_at(
         &self,
         key: &Key,
@@ -178,7 +189,17 @@ impl RedisStore {
     /// # Errors
     ///
     /// As for [`Store::check`], for the whole batch.
-    #[doc(hidden)]
+    ///
+    /// ```no_run
+    /// # async fn demo(store: ratewarden_redis::RedisStore) -> Result<(), ratewarden_core::StoreError> {
+    /// use ratewarden_core::{Key, Quota, Timestamp};
+    /// let (quota, at) = (Quota::per_second(1).unwrap(), Timestamp::from_micros(1_700_000_000_000_000));
+    /// let checks = [(Key::from(7u64), quota, 1, at), (Key::from(7u64), quota, 1, at)];
+    /// let decisions = store.check_batch_at(&checks).await?;
+    /// assert!(decisions[0].is_allowed() && !decisions[1].is_allowed());
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "test-util")]
     pub async fn check_batch_at(
         &self,
         checks: &[(Key, Quota, u32, Timestamp)],
@@ -208,6 +229,25 @@ impl RedisStore {
                 }
             })
             .collect()
+    }
+
+    /// This store with one queue for every key, as if every state's queue number (a hash of
+    /// its name) were the same: for tests that two states sharing a queue are still decided
+    /// in batches of their own (see the crate docs on batching).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratewarden_redis::ConfigError> {
+    /// let store = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:1").build()?;
+    /// let shared = store.with_one_queue();
+    /// assert!(shared.split_keys().is_empty());
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "test-util")]
+    #[must_use]
+    pub fn with_one_queue(mut self) -> Self {
+        self.connection = self.connection.with_one_queue();
+        self
     }
 
     /// `call`, failing with [`StoreErrorKind::Timeout`] past the deadline.

@@ -14,12 +14,12 @@ end
 
 -- A state's TTL in milliseconds: fresh (or its part's split over) `fresh_in` µs from now,
 -- rounded up; at least `keep` ms, and never 0. A test passing its own time moves it faster
--- than real time, so real TTLs would expire its state early: its keys get a day.
+-- than real time, so real TTLs would expire its state early: its keys get a day more.
 local function ttl_of(fresh_in, keep, test_time)
-  if test_time then
-    return 86400000
-  end
   local ttl = idiv(fresh_in + 999, 1000)
+  if test_time then
+    ttl = ttl + 86400000
+  end
   if ttl < keep then
     ttl = keep
   end
