@@ -283,3 +283,41 @@ fn checks_whose_batch_is_dropped_with_its_runtime_fail_as_timeouts_not_script_er
         "{kinds:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_whose_callers_gave_up_before_they_were_sent_are_never_charged() {
+    let server = RedisServer::start();
+    let store = crate::store_with_timeout(&server, "ghosts", Duration::from_secs(10)).await;
+    let (key, quota) = (Key::from("ghost"), Quota::per_hour(1_000).unwrap());
+    store.check(&key, &quota, 1).await.unwrap();
+    server.freeze();
+    let (s, k) = (store.clone(), key.clone());
+    let on_the_wire = tokio::spawn(async move { s.check(&k, &quota, 1).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // 99 more, whose callers give up after 10 ms: those that found a free place were sent
+    // (at most the queue's places, 4), the others never were.
+    let abandoned: Vec<_> = (0..99)
+        .map(|_| {
+            let (s, k) = (store.clone(), key.clone());
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_millis(10), s.check(&k, &quota, 1)).await
+            })
+        })
+        .collect();
+    for task in abandoned {
+        assert!(
+            task.await.unwrap().is_err(),
+            "Redis is frozen: nothing is decided"
+        );
+    }
+    server.thaw();
+    assert!(on_the_wire.await.unwrap().unwrap().is_allowed());
+    // Whatever else the store still sends goes now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let left = store.peek(&key, &quota).await.unwrap().info().remaining();
+    assert!(
+        left >= 1_000 - 2 - 4,
+        "{} units gone for 2 checks decided and at most 4 sent unanswered",
+        1_000 - left
+    );
+}

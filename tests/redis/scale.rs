@@ -170,6 +170,99 @@ async fn leases_overshoot_at_most_the_documented_bound() {
     );
 }
 
+/// Units Redis deducted from `key` under `quota` (peeked by a store without leases).
+async fn deducted(url: String, prefix: &str, key: &Key, quota: &Quota) -> u64 {
+    let plain = config(url, prefix).build().unwrap();
+    let left = plain.peek(key, quota).await.unwrap().info().remaining();
+    u64::from(quota.burst()) - left
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_one_off_keys_never_makes_a_steady_key_lose_leased_units() {
+    // Reproduced: with the lease map full of one-off keys, a lease Redis had granted was
+    // declined here: a steady key was admitted 10 times of 200 while Redis deducted all 100.
+    let server = RedisServer::start();
+    let store = config(server.url(), "lease-flood")
+        .deny_cache(0)
+        .lease(NonZeroU32::new(10).unwrap(), Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let quota = Quota::per_hour(100).unwrap().with_burst(100).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood: Vec<_> = (0..2)
+        .map(|task| {
+            let (store, stop) = (store.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut i = 0_u64;
+                while !stop.load(Ordering::Relaxed) && i < 100_000 {
+                    let key = Key::from(format!("one-off-{task}-{i}"));
+                    store.check(&key, &quota, 1).await.unwrap();
+                    i += 1;
+                }
+                i
+            })
+        })
+        .collect();
+    // The map fills (1,000 keys) before the steady key starts.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let steady = Key::from("steady");
+    let mut admitted = 0;
+    for _ in 0..200 {
+        admitted += u64::from(store.check(&steady, &quota, 1).await.unwrap().is_allowed());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut flooded = 0;
+    for task in flood {
+        flooded += task.await.unwrap();
+    }
+    let deducted = deducted(server.url(), "lease-flood", &steady, &quota).await;
+    eprintln!(
+        "{flooded} one-off keys: the steady key admitted {admitted}, Redis deducted {deducted}"
+    );
+    assert_eq!(deducted, 100);
+    // At most a batch less one is left unspent in a lease.
+    assert!(
+        admitted + 9 >= deducted,
+        "{admitted} admitted of {deducted} deducted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cold_checks_of_one_key_lose_at_most_one_batch() {
+    // Reproduced: 64 concurrent first checks of a cold key each took a batch and overwrote
+    // each other's lease: 10 admitted, 100 deducted.
+    let server = RedisServer::start();
+    let store = config(server.url(), "lease-cold")
+        .deny_cache(0)
+        .lease(NonZeroU32::new(10).unwrap(), Duration::from_secs(30))
+        .build()
+        .unwrap();
+    warm_up(&store).await;
+    let quota = Quota::per_hour(100).unwrap().with_burst(100).unwrap();
+    let key = Key::from("cold");
+    let first: Vec<_> = (0..64)
+        .map(|_| {
+            let (store, key) = (store.clone(), key.clone());
+            tokio::spawn(async move { store.check(&key, &quota, 1).await.unwrap() })
+        })
+        .collect();
+    let mut admitted = 0;
+    for check in first {
+        admitted += u64::from(check.await.unwrap().is_allowed());
+    }
+    for _ in 0..100 {
+        admitted += u64::from(store.check(&key, &quota, 1).await.unwrap().is_allowed());
+    }
+    let deducted = deducted(server.url(), "lease-cold", &key, &quota).await;
+    eprintln!("64 cold checks, then 100: {admitted} admitted, {deducted} deducted");
+    assert_eq!(deducted, 100);
+    assert!(
+        admitted + 9 >= deducted,
+        "{admitted} admitted of {deducted} deducted"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_read_late_is_spent_only_within_its_period_from_its_call() {
     // Reproduced (an attack run): a check's future polled once (its call sent, Redis granting

@@ -165,17 +165,22 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
         Ok((place, entry)) => {
             // Whether this call returns or is dropped, the checks that queued behind it go
             // next (if its place is still its own).
-            let _next = Next {
+            let mut next = Next {
                 connection,
                 queue,
                 place,
                 deadline,
+                unanswered: Some(&entry),
             };
             let entries = [&entry];
-            let replies = tokio::time::timeout_at(deadline, connection.eval_batch(&entries))
-                .await
-                .map_err(timed_out)??;
-            replies.iter().next().ok_or_else(missing_reply)
+            let replies = tokio::time::timeout_at(deadline, connection.eval_batch(&entries)).await;
+            next.unanswered = None;
+            drop(next);
+            replies
+                .map_err(timed_out)??
+                .iter()
+                .next()
+                .ok_or_else(missing_reply)
         }
         Err((mut receive, batch, mut look)) => {
             if let Some((place, batch)) = batch {
@@ -239,11 +244,39 @@ struct Next<'a> {
     place: usize,
     /// The call's deadline: the place is still the call's while it holds it.
     deadline: Instant,
+    /// The call's check, while Redis has not answered it.
+    unanswered: Option<&'a Entry>,
 }
 
 impl Drop for Next<'_> {
+    /// A call dropped before its answer (its caller gave up) may still be on its way, or
+    /// waiting in a stalled server's socket: the place is handed on only once Redis answers
+    /// a probe of the same key sent after it (on the key's node), or at the call's deadline.
+    /// Handing it on at once would send the checks queued behind it into the same stall,
+    /// where each one whose caller then gave up would still be charged.
     fn drop(&mut self) {
-        next(self.connection, self.queue, self.place, self.deadline);
+        let Some(entry) = self.unanswered else {
+            next(self.connection, self.queue, self.place, self.deadline);
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to probe from: the place is free at its deadline.
+            return;
+        };
+        let (connection, queue, place, deadline) = (
+            self.connection.clone(),
+            self.queue,
+            self.place,
+            self.deadline,
+        );
+        let probe = entry.probe();
+        drop(runtime.spawn(async move {
+            let answered = tokio::time::timeout_at(deadline, connection.query::<u8>(&probe));
+            if let Ok(Ok(_)) = answered.await {
+                next(&connection, queue, place, deadline);
+            }
+            // Else the place is free at its deadline, where the checks waiting look again.
+        }));
     }
 }
 

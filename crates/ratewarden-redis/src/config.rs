@@ -53,6 +53,7 @@ pub struct RedisConfig {
     skew_warning: Duration,
     deny_cache: usize,
     lease: Option<LeasePolicy>,
+    lease_keys: usize,
     hot_keys: HotKeys,
     functions: bool,
     /// The CA and client certificates given for TLS (none by default).
@@ -73,6 +74,7 @@ impl RedisConfig {
             connect_timeout: Duration::from_secs(1),
             timeout: DEFAULT_TIMEOUT,
             deny_cache: DEFAULT_DENY_CACHE,
+            lease_keys: DEFAULT_LEASE_KEYS,
             lease: None,
             hot_keys: HotKeys::default(),
             functions: true,
@@ -183,6 +185,26 @@ impl RedisConfig {
     /// See the example on [`RedisConfig`].
     pub const fn lease(mut self, batch: NonZeroU32, period: Duration) -> Self {
         self.lease = Some(LeasePolicy { batch, period });
+        self
+    }
+
+    /// How many keys this gateway holds leases for at once (default 10,000; see
+    /// [`lease`](Self::lease)). A key that finds the leases full asks Redis for its own cost
+    /// only, as without leases: no batch is taken that could not be held.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratewarden_redis::ConfigError> {
+    /// use std::{num::NonZeroU32, time::Duration};
+    /// let store = ratewarden_redis::RedisConfig::new("redis://127.0.0.1:6379")
+    ///     .lease(NonZeroU32::new(10).unwrap(), Duration::from_millis(100))
+    ///     .lease_keys(1_000)
+    ///     .build()?;
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
+    pub const fn lease_keys(mut self, max_keys: usize) -> Self {
+        self.lease_keys = max_keys;
         self
     }
 
@@ -362,7 +384,7 @@ impl RedisConfig {
             deny: DenyCache::new(self.deny_cache),
             leases: self
                 .lease
-                .map(|policy| Leases::new(policy, self.deny_cache.max(1_000))),
+                .map(|policy| Leases::new(policy, self.lease_keys)),
             hot: HotKeyState::new(self.hot_keys),
         };
         Ok(RedisStore::new(
@@ -603,6 +625,9 @@ fn invalid_url(url: &str, reason: &dyn fmt::Display) -> ConfigError {
 
 /// The default deadline of a call: see [`RedisConfig::timeout`].
 const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// The default size of the lease map: see [`RedisConfig::lease_keys`].
+const DEFAULT_LEASE_KEYS: usize = 10_000;
 
 /// The default size of the denied-key cache: see [`RedisConfig::deny_cache`].
 const DEFAULT_DENY_CACHE: usize = 100_000;

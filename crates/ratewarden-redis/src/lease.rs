@@ -16,7 +16,10 @@
 //! A batch is never larger than the quota's burst, and Redis grants what it has up to the
 //! batch (at least the cost) in the same round trip: a check costs one round trip at most.
 //! Tokens left when a lease ends are forgotten (Redis has no way to take them back): that is
-//! under-admission, at most `batch - 1` per gateway and period.
+//! under-admission, at most `batch - 1` per gateway, key and period. A gateway asks for a
+//! batch only where the grant has a place to go (the lease map has room for the key) and no
+//! other check of the key is asking for one, so that no granted batch is declined or
+//! overwritten.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -32,13 +35,17 @@ pub(crate) struct LeasePolicy {
     pub(crate) period: Duration,
 }
 
-/// What is left of one key's lease under one quota.
+/// What is left of one key's lease under one quota, or a lease asked for and not yet granted.
 #[derive(Debug)]
 struct Lease {
     quota: Quota,
     tokens: u32,
     expires: Timestamp,
     limit: u64,
+    /// A check has asked Redis for a batch: until its answer (or `expires`, its deadline),
+    /// other checks of the key ask for their cost only, so that no two grants of one key
+    /// race to overwrite each other.
+    asked: bool,
 }
 
 impl Expiring for Lease {
@@ -67,7 +74,8 @@ impl Leases {
         }
     }
 
-    /// Spends `cost` of `key`'s lease under `quota` at `now`, if it holds that much.
+    /// Spends `cost` of `key`'s lease under `quota` at `now`, if it holds that much (a lease
+    /// asked for holds nothing yet).
     pub(crate) fn spend(
         &self,
         key: &Key,
@@ -91,36 +99,62 @@ impl Leases {
             .flatten()
     }
 
-    /// The batch a check of `cost` under `quota` asks Redis for (`None`: just its cost): never
-    /// more than the quota's burst, which Redis could never grant at once.
-    pub(crate) fn batch_for(&self, quota: &Quota, cost: u32) -> Option<u32> {
+    /// The batch a check of `cost` of `key` under `quota` at `now` asks Redis for (`None`:
+    /// just its cost), never more than the quota's burst (which Redis could never grant at
+    /// once). A check asks for a batch only where its grant has a place to go: the key holds
+    /// no lease with tokens left (a lease too small for this cost is kept for smaller
+    /// checks), no other check is asking for one, and the map has room for the key. It then
+    /// holds the key's place until [`granted`](Self::granted), or `deadline` (its call's).
+    pub(crate) fn batch_for(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        (now, deadline): (Timestamp, Timestamp),
+    ) -> Option<u32> {
         let batch = self.policy.batch.get().min(quota.burst());
-        (cost > 0 && cost < batch).then_some(batch)
+        if cost == 0 || cost >= batch {
+            return None;
+        }
+        let claim = |lease: &mut Lease| {
+            let live = now < lease.expires;
+            if live && (lease.asked || lease.tokens > 0) {
+                return None;
+            }
+            (lease.tokens, lease.expires, lease.asked) = (0, deadline, true);
+            Some(batch)
+        };
+        let asked = || {
+            let lease = Lease {
+                quota: *quota,
+                tokens: 0,
+                expires: deadline,
+                limit: 0,
+                asked: true,
+            };
+            (lease, Some(batch))
+        };
+        self.leases.upsert(key, quota, now, claim, asked).flatten()
     }
 
-    /// Redis granted `granted` units of `key`'s quota at `now` or after (the time the call
-    /// was sent), of which `cost` are spent at once: the rest is leased for the period from
-    /// `now`.
+    /// Redis answered the check of `key` that asked for a batch (`granted` units, of which
+    /// `cost` are spent at once, `granted` 0 for a denial or an error), as sent at `now`:
+    /// the rest is leased for the period from `now`, in the place the check held.
     pub(crate) fn granted(
         &self,
         key: &Key,
-        quota: Quota,
+        quota: &Quota,
         (granted, cost): (u32, u32),
-        info: &Info,
+        limit: u64,
         now: Timestamp,
     ) {
-        let tokens = granted.saturating_sub(cost);
-        if tokens == 0 {
-            return;
-        }
-        let lease = Lease {
-            quota,
-            tokens,
-            expires: now.saturating_add(self.policy.period),
-            limit: info.limit(),
-        };
-        // A full map may decline: the tokens are then forgotten (under-admission, never over).
-        self.leases.insert(key, lease, now);
+        let period = self.policy.period;
+        self.leases.update(key, quota, |lease| {
+            lease.asked = false;
+            lease.tokens = granted.saturating_sub(cost);
+            lease.expires = now.saturating_add(period);
+            lease.limit = limit;
+        });
     }
 
     /// Forgets `key`'s leases (after a reset).
@@ -142,17 +176,25 @@ mod tests {
         let leases = Leases::new(policy, 100);
         let (key, quota) = (Key::from(1_u64), Quota::per_second(100).unwrap());
         let at = Timestamp::from_nanos;
+        let until = |t| (at(t), at(t + 50_000_000));
         assert!(leases.spend(&key, &quota, 1, at(0)).is_none());
-        assert_eq!(leases.batch_for(&quota, 1), Some(10));
-        assert_eq!(leases.batch_for(&quota, 10), None);
-        let info = Info::new(100, 90, Duration::ZERO, Duration::ZERO);
-        leases.granted(&key, quota, (10, 1), &info, at(0));
+        assert_eq!(
+            leases.batch_for(&key, &quota, 10, until(0)),
+            None,
+            "no smaller"
+        );
+        assert_eq!(leases.batch_for(&key, &quota, 1, until(0)), Some(10));
+        // Asked for: other checks ask for their cost only, until the grant or the deadline.
+        assert_eq!(leases.batch_for(&key, &quota, 1, until(0)), None);
+        assert!(leases.spend(&key, &quota, 1, at(0)).is_none());
+        leases.granted(&key, &quota, (10, 1), 100, at(0));
         for left in (0..9).rev() {
             let d = leases.spend(&key, &quota, 1, at(1_000)).expect("leased");
             assert_eq!(d.info().remaining(), left);
         }
         assert!(leases.spend(&key, &quota, 1, at(1_000)).is_none(), "spent");
-        leases.granted(&key, quota, (10, 1), &info, at(0));
+        assert_eq!(leases.batch_for(&key, &quota, 1, until(1_000)), Some(10));
+        leases.granted(&key, &quota, (10, 1), 100, at(0));
         assert!(
             leases.spend(&key, &quota, 1, at(100_000_000)).is_none(),
             "expired"
@@ -160,8 +202,11 @@ mod tests {
         // Another quota of the key has its own lease.
         let other = Quota::per_second(5).unwrap();
         assert!(leases.spend(&key, &other, 1, at(0)).is_none());
-        leases.granted(&key, other, (3, 1), &info, at(0));
+        assert_eq!(leases.batch_for(&key, &other, 1, until(0)), Some(5));
+        leases.granted(&key, &other, (4, 1), 5, at(0));
         assert!(leases.spend(&key, &other, 2, at(0)).is_some());
+        // A lease too small for a check is kept for smaller ones.
+        assert_eq!(leases.batch_for(&key, &other, 2, until(0)), None);
         assert!(leases.spend(&key, &quota, 1, at(0)).is_some());
     }
 
@@ -173,7 +218,11 @@ mod tests {
         };
         let leases = Leases::new(policy, 100);
         let small = Quota::per_second(100).unwrap().with_burst(8).unwrap();
-        assert_eq!(leases.batch_for(&small, 1), Some(8));
-        assert_eq!(leases.batch_for(&small, 8), None);
+        let (key, at) = (
+            Key::from(1_u64),
+            (Timestamp::from_nanos(0), Timestamp::from_nanos(9)),
+        );
+        assert_eq!(leases.batch_for(&key, &small, 8, at), None);
+        assert_eq!(leases.batch_for(&key, &small, 1, at), Some(8));
     }
 }

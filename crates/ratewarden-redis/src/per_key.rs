@@ -65,21 +65,52 @@ impl<V: Expiring> PerKey<V> {
     /// Puts `entry` in place of `key`'s entry for its quota at `now`, and drops the key's
     /// expired entries; whether the map took it (a full map may decline a new key).
     pub(crate) fn insert(&self, key: &Key, entry: V, now: Timestamp) -> bool {
-        if self.map.len() >= self.max_keys && !self.map.contains_key(key) {
-            if !self.sweep_due(now) {
-                return false;
-            }
-            self.map
-                .retain(|_, entries| entries.iter().any(|entry| entry.expires() > now));
-            if self.map.len() >= self.max_keys {
-                return false;
-            }
+        if !self.has_room_for(key, now) {
+            return false;
         }
         let quota = *entry.quota();
         let mut entries = self.map.entry(key.clone()).or_default();
         entries.retain(|held| *held.quota() != quota && held.expires() > now);
         entries.push(entry);
         true
+    }
+
+    /// In one step under the key's lock: `update` of `key`'s entry for `quota`, expired or
+    /// not, or where it has none, the entry `insert` makes (dropping the key's expired
+    /// entries) and what `insert` says; `None` when a full map declines the key.
+    pub(crate) fn upsert<R>(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        now: Timestamp,
+        update: impl FnOnce(&mut V) -> R,
+        insert: impl FnOnce() -> (V, R),
+    ) -> Option<R> {
+        if !self.has_room_for(key, now) {
+            return None;
+        }
+        let mut entries = self.map.entry(key.clone()).or_default();
+        if let Some(entry) = entries.iter_mut().find(|entry| entry.quota() == quota) {
+            return Some(update(entry));
+        }
+        let (entry, said) = insert();
+        entries.retain(|held| held.expires() > now);
+        entries.push(entry);
+        Some(said)
+    }
+
+    /// Whether the map holds `key`, or has room for it at `now` (after a sweep, if one is
+    /// due).
+    fn has_room_for(&self, key: &Key, now: Timestamp) -> bool {
+        if self.map.len() < self.max_keys || self.map.contains_key(key) {
+            return true;
+        }
+        if !self.sweep_due(now) {
+            return false;
+        }
+        self.map
+            .retain(|_, entries| entries.iter().any(|entry| entry.expires() > now));
+        self.map.len() < self.max_keys
     }
 
     /// Forgets `key`, and returns its entries.

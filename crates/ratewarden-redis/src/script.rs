@@ -360,6 +360,15 @@ impl Entry {
         SEED.hash_one(&self.name)
     }
 
+    /// A command that reads nothing but goes where the check went (`EXISTS` of its state,
+    /// routed to the state's node on a cluster): answered after the check, on a connection
+    /// that answers in order.
+    pub(crate) fn probe(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(&self.name);
+        cmd
+    }
+
     /// Whether the two checks are of the same state (the same name: one cluster slot).
     pub(crate) fn same_state(&self, other: &Self) -> bool {
         self.name == other.name

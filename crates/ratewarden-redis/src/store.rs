@@ -521,19 +521,27 @@ impl Store for RedisStore {
         if let Some(decision) = self.decide_locally(key, quota, cost, now) {
             return Ok(decision);
         }
-        let leases = self.local.leases.as_ref();
-        let mode = match leases.and_then(|l| l.batch_for(quota, cost)) {
-            Some(batch) => Mode::Lease { batch },
+        let deadline = now.saturating_add(self.timeout);
+        let leasing = (self.local.leases.as_ref()).and_then(|leases| {
+            Some((leases, leases.batch_for(key, quota, cost, (now, deadline))?))
+        });
+        let mode = match leasing {
+            Some((_, batch)) => Mode::Lease { batch },
             None => Mode::Check,
         };
-        let (decision, granted) = self.decide(key, quota, cost, mode).await?;
+        let decided = self.decide(key, quota, cost, mode).await;
+        if let Some((leases, _)) = leasing {
+            // From before the call: Redis granted the lease after `now`, and its reply may be
+            // read any time later (a future held before it is polled).
+            let (granted, limit) = match &decided {
+                Ok((Decision::Allowed(info), granted)) => (*granted, info.limit()),
+                _ => (0, 0),
+            };
+            leases.granted(key, quota, (granted, cost), limit, now);
+        }
+        let (decision, granted) = decided?;
         match &decision {
             Decision::Allowed(info) if granted > cost => {
-                if let Some(leases) = leases {
-                    // From before the call: Redis granted the lease after `now`, and its
-                    // reply may be read any time later (a future held before it is polled).
-                    leases.granted(key, *quota, (granted, cost), info, now);
-                }
                 let held = u64::from(granted - cost);
                 return Ok(Decision::Allowed(Info::new(
                     info.limit(),
