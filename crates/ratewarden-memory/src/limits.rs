@@ -34,6 +34,15 @@ pub(crate) struct Limits {
     pub(crate) budget: Budget,
 }
 
+impl Limits {
+    /// The hash this store's tables place `key` by.
+    #[cfg(test)]
+    pub(crate) fn hash_of(&self, key: &ratewarden_core::Key) -> u64 {
+        use std::hash::BuildHasher as _;
+        self.hasher.hash_one(key)
+    }
+}
+
 /// One limit: a scope and a quota, and its tables.
 pub(crate) struct Limit {
     scope: u64,

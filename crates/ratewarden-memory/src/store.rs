@@ -120,6 +120,12 @@ impl Default for MemoryStore {
 }
 
 impl<C> MemoryStore<C> {
+    /// The hash this store places `key` by.
+    #[cfg(test)]
+    pub(crate) fn hash_of(&self, key: &Key) -> u64 {
+        self.inner.limits.hash_of(key)
+    }
+
     /// How many keys hold state (including ones not yet swept after they became fresh).
     ///
     /// ```

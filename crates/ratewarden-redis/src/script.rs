@@ -537,7 +537,7 @@ pub(crate) fn batch_command<'a>(
     // Each key is named once (a hot key's checks share it), what checks share is sent once (a
     // shape), and each check as its shape, cost and keys, in one string (`lua/batch.lua`).
     let mut names: Vec<&[u8]> = Vec::new();
-    let mut places: HashMap<&[u8], usize, foldhash::fast::FixedState> = HashMap::default();
+    let mut places: HashMap<&[u8], usize, foldhash::fast::RandomState> = HashMap::default();
     let mut shapes: Vec<&Entry> = Vec::new();
     let mut checks = Vec::with_capacity(entries.len() * 16);
     for entry in entries {
