@@ -644,3 +644,169 @@ async fn a_header_key_sent_twice_is_refused_even_when_keyless_requests_are_skipp
         ]
     );
 }
+
+#[tokio::test]
+async fn a_server_without_connect_info_skips_every_request_and_the_layer_counts_them() {
+    // Reproduced: served without `into_make_service_with_connect_info`, every request had no
+    // peer address, so no key: under `MissingKey::Skip` 100 of 100 requests on a 1/s limit
+    // went through uncounted, with no metric and, without `tracing`, no log.
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::new(store, Quota::per_second(1).unwrap(), PeerIp::new())
+        .on_missing_key(MissingKey::Skip);
+    let app = app().layer(layer.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap(); // no connect info
+    });
+    let mut statuses = Vec::new();
+    for _ in 0..100 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        statuses.push(response.split(' ').nth(1).unwrap().to_owned());
+    }
+    server.abort();
+    assert_eq!(statuses, ["200"; 100], "skipped, as configured");
+    assert_eq!(
+        layer.skipped(),
+        100,
+        "but counted where the application can see it"
+    );
+}
+
+#[tokio::test]
+async fn requests_with_a_key_or_refused_without_one_are_never_counted_as_skipped() {
+    let (store, _clock) = manual_store();
+    let skip = RateLimitLayer::new(store, Quota::per_second(1).unwrap(), PeerIp::new())
+        .on_missing_key(MissingKey::Skip);
+    let skipping = app().layer(skip.clone());
+    for status in [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS] {
+        let (response, _) = send(&skipping, get_from("192.0.2.1:1", "/", &[])).await;
+        assert_eq!(response.status(), status);
+    }
+    assert_eq!(skip.skipped(), 0, "both requests had a key");
+
+    let reject = RateLimitLayer::new(
+        manual_store().0,
+        Quota::per_second(1).unwrap(),
+        PeerIp::new(),
+    );
+    let rejecting = app().layer(reject.clone());
+    let keyless = Request::get("/").body(Body::empty()).unwrap();
+    assert_eq!(
+        send(&rejecting, keyless).await.0.status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(reject.skipped(), 0, "refused, not let through");
+}
+
+#[test]
+fn skipped_requests_are_counted_under_their_own_metrics_outcome() {
+    use std::task::{Context, Waker};
+    use tower::{Layer, Service};
+
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let quota = Quota::per_minute(1).unwrap();
+    let skip = RateLimitLayer::new(manual_store().0, quota, PeerIp::new())
+        .name("skip")
+        .on_missing_key(MissingKey::Skip);
+    let reject = RateLimitLayer::new(manual_store().0, quota, PeerIp::new()).name("reject");
+    let ok = || {
+        tower::service_fn(|_: Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+        })
+    };
+    let mut services = [skip.layer(ok()), reject.layer(ok())];
+    metrics::with_local_recorder(&recorder, || {
+        for service in &mut services {
+            for _ in 0..2 {
+                let ready = service.poll_ready(&mut Context::from_waker(Waker::noop()));
+                assert!(ready.is_ready());
+                let _future = service.call(Request::new(Body::empty())); // no peer address
+            }
+        }
+    });
+    let mut counts = counters(&snapshotter);
+    counts.sort();
+    assert_eq!(
+        counts,
+        [
+            (
+                "ratewarden_requests_total limit=reject,outcome=missing_key".to_owned(),
+                2
+            ),
+            (
+                "ratewarden_requests_total limit=skip,outcome=missing_key_skipped".to_owned(),
+                2
+            ),
+        ]
+    );
+    assert_eq!((skip.skipped(), reject.skipped()), (2, 0));
+}
+
+#[tokio::test]
+async fn a_header_key_is_its_value_without_surrounding_whitespace() {
+    // RFC 9110 5.5: a field value excludes leading and trailing optional whitespace (SP and
+    // HTAB). Reproduced: ` abc\t` was another key than `abc`, a new bucket per padding.
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::new(
+        store,
+        Quota::per_minute(1).unwrap(),
+        ratewarden_tower::key::Header::new(http::HeaderName::from_static("x-api-key")),
+    );
+    let app = app().layer(layer);
+    let with_key = |value: &'static [u8]| get_from("192.0.2.1:1", "/", &[("x-api-key", value)]);
+    assert_eq!(
+        send(&app, with_key(b"abc")).await.0.status(),
+        StatusCode::OK
+    );
+    for padded in [&b" abc\t"[..], b"\t abc", b"abc  \t "] {
+        assert_eq!(
+            send(&app, with_key(padded)).await.0.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{padded:?} is the key abc"
+        );
+    }
+    // Inner whitespace is part of the value.
+    assert_eq!(
+        send(&app, with_key(b"a bc")).await.0.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_header_of_whitespace_only_is_no_key() {
+    for secret in [false, true] {
+        let name = http::HeaderName::from_static("x-api-key");
+        let extractor = if secret {
+            ratewarden_tower::key::Header::secret(name)
+        } else {
+            ratewarden_tower::key::Header::new(name)
+        };
+        let quota = Quota::per_minute(1).unwrap();
+        let reject = app().layer(RateLimitLayer::new(
+            manual_store().0,
+            quota,
+            extractor.clone(),
+        ));
+        let skip = RateLimitLayer::new(manual_store().0, quota, extractor)
+            .on_missing_key(MissingKey::Skip);
+        let skipping = app().layer(skip.clone());
+        for blank in [&b" "[..], b"\t", b" \t  "] {
+            let req = || get_from("192.0.2.1:1", "/", &[("x-api-key", blank)]);
+            assert_eq!(
+                send(&reject, req()).await.0.status(),
+                StatusCode::BAD_REQUEST,
+                "{blank:?}: no key, the missing-key answer"
+            );
+            assert_eq!(send(&skipping, req()).await.0.status(), StatusCode::OK);
+        }
+        assert_eq!(skip.skipped(), 3);
+    }
+}

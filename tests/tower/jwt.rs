@@ -362,3 +362,29 @@ async fn a_token_sent_twice_is_refused_even_when_keyless_requests_are_skipped() 
         );
     }
 }
+
+#[test]
+fn a_bearer_token_is_read_without_surrounding_whitespace() {
+    use ratewarden_tower::key::KeyExtractor;
+
+    // RFC 9110 5.5 (optional whitespace around a field value) and 11.4 (`1*SP` between the
+    // scheme and the token): padding never changes the key.
+    let extractor = JwtClaim::hs256(b"secret").unwrap();
+    let token = token(b"secret", "user-1", 4_000_000_000);
+    for value in [
+        format!("Bearer {token}"),
+        format!(" \tBearer {token}\t "),
+        format!("Bearer   {token}"),
+        format!("bearer {token} "),
+    ] {
+        let req = http::Request::builder()
+            .header("authorization", &value)
+            .body(())
+            .unwrap();
+        assert_eq!(
+            extractor.extract(&req),
+            Some(Key::from("user-1")),
+            "{value:?}"
+        );
+    }
+}

@@ -9,7 +9,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use ratewarden_core::Key;
 
 use super::peer_ip::{DEFAULT_IPV6_PREFIX, ip_key, ip_key_for};
-use super::{KeyExtractor, peer_addr};
+use super::{KeyExtractor, peer_addr, trim_ows};
 
 mod parse;
 
@@ -213,7 +213,7 @@ impl ClientIp {
                 if values.next().is_some() {
                     return None;
                 }
-                parse::node(parse::trim_ows(value.as_bytes()))
+                parse::node(trim_ows(value.as_bytes()))
             }
             // Field lines from the last, each from its right end: the hops in the order our
             // proxies added them, newest first, read lazily so that the walk stops at the

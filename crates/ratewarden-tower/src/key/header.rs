@@ -8,17 +8,19 @@ use super::KeyExtractor;
 
 /// Keys a request by the value of one header, such as `x-api-key`.
 ///
-/// A request whose header is absent or empty has no key; one whose header is present more
+/// The key is the field value without the optional whitespace (spaces and tabs) around it,
+/// which RFC 9110 (5.5) makes no part of it: `abc` and ` abc\t` are one key. A request whose
+/// header is absent, empty or only whitespace has no key; one whose header is present more
 /// than once has an [unusable](KeyExtractor::has_unusable_key) key (two values would make the
 /// choice the client's), and is refused even when keyless requests are skipped.
 /// [`Header::secret`] keeps only a SHA-256 digest of the value, so an API key is never stored
 /// or logged; values longer than [`MAX_KEY_LEN`](ratewarden_core::MAX_KEY_LEN) bytes are
 /// always digested.
 ///
-/// Values are compared byte for byte: key by a header whose value a client cannot vary while
-/// being served as the same identity (an API key, a header your proxy sets). Not `Host`: its
-/// letter case, a port or a trailing dot would each make a new key for the same site, and
-/// HTTP/2 requests carry it as `:authority`, not as a header.
+/// Values are otherwise compared byte for byte: key by a header whose value a client cannot
+/// vary while being served as the same identity (an API key, a header your proxy sets). Not
+/// `Host`: its letter case, a port or a trailing dot would each make a new key for the same
+/// site, and HTTP/2 requests carry it as `:authority`, not as a header.
 ///
 /// ```
 /// use http::{HeaderName, Request};
@@ -29,6 +31,11 @@ use super::KeyExtractor;
 /// let req = Request::builder().header("x-api-key", "sk_live_123").body(()).unwrap();
 /// assert_eq!(Header::new(API_KEY).extract(&req), Some(Key::from("sk_live_123")));
 /// assert_eq!(Header::secret(API_KEY).extract(&req), Some(Key::hashed("sk_live_123")));
+///
+/// let padded = Request::builder().header("x-api-key", " sk_live_123\t").body(()).unwrap();
+/// assert_eq!(Header::new(API_KEY).extract(&padded), Some(Key::from("sk_live_123")));
+/// let blank = Request::builder().header("x-api-key", " \t ").body(()).unwrap();
+/// assert_eq!(Header::new(API_KEY).extract(&blank), None);
 ///
 /// let twice = Request::builder()
 ///     .header("x-api-key", "a")
@@ -83,13 +90,19 @@ impl<B> KeyExtractor<B> for Header {
     fn extract(&self, req: &Request<B>) -> Option<Key> {
         let mut values = req.headers().get_all(&self.name).iter();
         let value = values.next()?;
-        if values.next().is_some() || value.is_empty() {
+        if values.next().is_some() {
+            return None;
+        }
+        // The field value, as the application's header parsing reads it: `abc` and ` abc\t`
+        // are one key, not a new bucket per padding.
+        let value = super::trim_ows(value.as_bytes());
+        if value.is_empty() {
             return None;
         }
         Some(if self.secret {
-            Key::hashed(value.as_bytes())
+            Key::hashed(value)
         } else {
-            Key::from_bytes(value.as_bytes())
+            Key::from_bytes(value)
         })
     }
 

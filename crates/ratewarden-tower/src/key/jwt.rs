@@ -222,6 +222,9 @@ impl<B> KeyExtractor<B> for JwtClaim {
         if values.next().is_some() {
             return None;
         }
+        // `to_str` admits visible ASCII, SP and HTAB only, so `trim` drops exactly the
+        // optional whitespace around the field value (RFC 9110 5.5), as `Header` does; the
+        // token's own `trim` allows more than the one SP between scheme and token (11.4).
         let (scheme, token) = value.trim().split_once(' ')?;
         if !scheme.eq_ignore_ascii_case("bearer") {
             return None;

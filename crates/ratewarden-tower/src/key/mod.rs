@@ -227,6 +227,18 @@ pub(crate) fn sent_twice<B>(req: &Request<B>, name: impl http::header::AsHeaderN
     req.headers().get_all(name).iter().nth(1).is_some()
 }
 
+/// `value` without the optional whitespace (SP and HTAB) around it, which is no part of a
+/// field value (RFC 9110 5.5): ` abc\t` is the value `abc`.
+pub(crate) fn trim_ows(value: &[u8]) -> &[u8] {
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|b| !is_ows(b))
+        .map_or(start, |i| i + 1);
+    &value[start..end]
+}
+
 /// The connection's peer address, from whichever of these the server put in the request
 /// extensions: a plain `SocketAddr`, axum's `ConnectInfo<SocketAddr>` (feature `axum`), or
 /// tonic's `TcpConnectInfo` (feature `tonic`).

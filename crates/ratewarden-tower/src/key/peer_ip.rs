@@ -14,6 +14,12 @@ pub(crate) const DEFAULT_IPV6_PREFIX: u8 = 64;
 /// read). IPv4-mapped IPv6 addresses count as their IPv4 address, and IPv6 addresses are grouped
 /// by prefix (default /64), since one client controls a whole block.
 ///
+/// A server that puts no peer address in the extensions (axum served without
+/// `into_make_service_with_connect_info::<SocketAddr>()`) gives no request a key: each gets
+/// the layer's [`MissingKey`](crate::rate_limit::MissingKey) answer, and under
+/// `MissingKey::Skip` every request passes uncounted, which
+/// [`RateLimitLayer::skipped`](crate::RateLimitLayer::skipped) shows.
+///
 /// Use [`ClientIp`](super::ClientIp) instead when the service sits behind proxies.
 ///
 /// ```

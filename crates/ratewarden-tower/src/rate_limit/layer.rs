@@ -1,6 +1,7 @@
 //! [`RateLimitLayer`]: the layer and its builder methods.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use ratewarden_core::Quota;
@@ -72,6 +73,7 @@ pub struct RateLimitLayer<K, St, P = Quota, C = UnitCost, R = DefaultRejection> 
     cost: C,
     reject: R,
     config: Config,
+    skipped: Arc<AtomicU64>,
 }
 
 impl<K, St> RateLimitLayer<K, St> {
@@ -86,6 +88,7 @@ impl<K, St> RateLimitLayer<K, St> {
             cost: UnitCost,
             reject: DefaultRejection,
             config: Config::default(),
+            skipped: Arc::default(),
         }
     }
 }
@@ -117,6 +120,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
             cost: self.cost,
             reject: self.reject,
             config: self.config,
+            skipped: self.skipped,
         }
     }
 
@@ -131,6 +135,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
             cost,
             reject: self.reject,
             config: self.config,
+            skipped: self.skipped,
         }
     }
 
@@ -145,6 +150,7 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
             cost: self.cost,
             reject,
             config: self.config,
+            skipped: self.skipped,
         }
     }
 
@@ -217,7 +223,8 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
         self
     }
 
-    /// What to do with requests that have no key (default: reject with 400).
+    /// What to do with requests that have no key (default: reject with 400). Requests that
+    /// [`MissingKey::Skip`] lets through are counted by [`skipped`](Self::skipped).
     ///
     /// See the example on [`RateLimitLayer`].
     pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
@@ -236,8 +243,8 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
 
     /// Shadow mode: decide, count, log and send headers, but never reject (default off). For
     /// trying a limit on production traffic before enforcing it. Requests without a key and
-    /// requests a closed failure mode would refuse pass too, counted as `missing_key` and
-    /// `failure_closed`.
+    /// requests a closed failure mode would refuse pass too, counted as `missing_key` (or
+    /// `missing_key_skipped` under [`MissingKey::Skip`]) and `failure_closed`.
     ///
     /// See the example on [`RateLimitLayer`].
     pub fn shadow(mut self, on: bool) -> Self {
@@ -259,6 +266,45 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     pub fn exempt_preflight(mut self, on: bool) -> Self {
         self.config.exempt_preflight = on;
         self
+    }
+
+    /// How many requests [`MissingKey::Skip`] let through uncounted because they had no key,
+    /// counted by this layer, its clones and every service they made, whatever the crate's
+    /// features. Requests that had a key, keyless requests that were answered, and
+    /// requests exempted by [`quota_by`](Self::quota_by) or
+    /// [`exempt_preflight`](Self::exempt_preflight) are not counted.
+    ///
+    /// A count that grows with the traffic usually means that the server does not give the
+    /// key: served without connect info, every request has no peer address for
+    /// [`PeerIp`](crate::key::PeerIp), so under `Skip` none is limited. Keep a clone of the
+    /// layer to read it, or poll it into your own metrics. With the `metrics` feature these
+    /// requests are also counted as `ratewarden_requests_total{outcome="missing_key_skipped"}`
+    /// and, with `tracing`, the first is logged at warn level.
+    ///
+    /// ```
+    /// use http::{Request, Response};
+    /// use ratewarden_tower::rate_limit::MissingKey;
+    /// use ratewarden_tower::{key::PeerIp, MemoryStore, Quota, RateLimitLayer};
+    /// use std::convert::Infallible;
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(1)?, PeerIp::new())
+    ///     .on_missing_key(MissingKey::Skip);
+    /// let service = layer.layer(tower::service_fn(|_: Request<()>| async {
+    ///     Ok::<_, Infallible>(Response::new(String::new()))
+    /// }));
+    /// // No peer address in the extensions (no connect info): no key, skipped.
+    /// for _ in 0..3 {
+    ///     service.clone().oneshot(Request::new(())).await?;
+    /// }
+    /// assert_eq!(layer.skipped(), 3);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
     }
 
     /// The store this layer counts in.
@@ -297,6 +343,7 @@ where
                 missing_key_answer: OnceLock::new(),
                 allowed: OnceLock::new(),
                 counters: super::observe::Counters::new(&self.config.name),
+                skipped: Arc::clone(&self.skipped),
             }),
         )
     }

@@ -48,6 +48,14 @@ pub enum MissingKey {
     /// key, a forged one) is skipped like no token: the application refuses or serves it. So
     /// verify tokens in the limit as the application does (the same key and `Validation`):
     /// one the application serves but the limit refuses would pass uncounted.
+    ///
+    /// Skipped requests are counted on every build by
+    /// [`RateLimitLayer::skipped`](super::RateLimitLayer::skipped) (and, with the `metrics`
+    /// feature, under the outcome `missing_key_skipped`). Watch it: a server that never gives
+    /// the key makes every request keyless, so that nothing is limited. For
+    /// [`PeerIp`](crate::key::PeerIp), that is axum served without
+    /// `into_make_service_with_connect_info::<SocketAddr>()`, or tonic without the `tonic`
+    /// feature.
     Skip,
 }
 

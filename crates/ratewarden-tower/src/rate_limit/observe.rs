@@ -9,7 +9,10 @@ pub(crate) enum Event {
     Allowed,
     Denied,
     ShadowDenied,
+    /// No key, and the missing-key rule answered (or would have, in shadow mode).
     MissingKey,
+    /// No key, and `MissingKey::Skip` let the request through uncounted.
+    MissingKeySkipped,
     /// The store failed and the failure mode let the request through uncounted.
     FailureOpen,
     /// The store failed and the failure mode answered 503.
@@ -23,11 +26,12 @@ pub(crate) enum Event {
 impl Event {
     /// Every event, in the order of their discriminants.
     #[cfg(feature = "metrics")]
-    const ALL: [Self; 8] = [
+    const ALL: [Self; 9] = [
         Self::Allowed,
         Self::Denied,
         Self::ShadowDenied,
         Self::MissingKey,
+        Self::MissingKeySkipped,
         Self::FailureOpen,
         Self::FailureClosed,
         Self::FallbackAllowed,
@@ -41,6 +45,7 @@ impl Event {
             Self::Denied => "denied",
             Self::ShadowDenied => "shadow_denied",
             Self::MissingKey => "missing_key",
+            Self::MissingKeySkipped => "missing_key_skipped",
             Self::FailureOpen => "failure_open",
             Self::FailureClosed => "failure_closed",
             Self::FallbackAllowed => "fallback_allowed",

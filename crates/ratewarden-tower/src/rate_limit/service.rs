@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
@@ -67,6 +68,9 @@ pub(crate) struct Shared<K, St, P, C, R> {
     pub(crate) allowed: OnceLock<HashSet<Key>>,
     /// The request counters of this limit (with the `metrics` feature).
     pub(crate) counters: observe::Counters,
+    /// Requests `MissingKey::Skip` let through, shared with the layer and its clones
+    /// ([`RateLimitLayer::skipped`](super::RateLimitLayer::skipped)), whatever the features.
+    pub(crate) skipped: Arc<AtomicU64>,
 }
 
 /// What the layer does with a request once the store has decided.
@@ -217,17 +221,19 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
     where
         K: KeyExtractor<B>,
     {
-        self.counters.count(Event::MissingKey);
         #[cfg(feature = "tracing")]
         tracing::debug!(limit = %self.config.name, "request has no rate-limit key");
+        let skip = matches!(self.config.missing_key, MissingKey::Skip);
+        if skip && !self.key.has_unusable_key(req) {
+            self.skip();
+            return None;
+        }
+        self.counters.count(Event::MissingKey);
         if self.config.shadow {
             return None;
         }
         let grpc = is_grpc(req);
-        if matches!(self.config.missing_key, MissingKey::Skip) {
-            if !self.key.has_unusable_key(req) {
-                return None;
-            }
+        if skip {
             // A key sent twice is refused, never skipped: 401 for a credential.
             let challenge = self.key.challenge();
             let status = if challenge.is_some() {
@@ -246,6 +252,28 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             .get_or_init(|| self.config.missing_key.answer(false, self.key.challenge()))
             .as_ref()
             .map(clone_response)
+    }
+}
+
+impl<K, St, P, C, R> Shared<K, St, P, C, R> {
+    /// Counts a request `MissingKey::Skip` lets through uncounted, whatever the features: a
+    /// server that gives no peer address skips every request, a deployment mistake that
+    /// default features would otherwise never show. With `tracing`, the first is logged at
+    /// warn level (once for a layer and its clones).
+    fn skip(&self) {
+        self.counters.count(Event::MissingKeySkipped);
+        let before = self.skipped.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "tracing")]
+        if before == 0 {
+            tracing::warn!(
+                limit = %self.config.name,
+                "a request without a rate-limit key passed uncounted (`MissingKey::Skip`); \
+                 `RateLimitLayer::skipped` counts them, and if every request is skipped, the \
+                 server may not give the key (for `PeerIp`: serve with connect info)"
+            );
+        }
+        #[cfg(not(feature = "tracing"))]
+        let _ = before;
     }
 }
 

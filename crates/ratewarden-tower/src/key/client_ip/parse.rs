@@ -4,6 +4,8 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
+use crate::key::trim_ows;
+
 /// The longest node worth unescaping: `[` + an IPv6 address with an IPv4 tail (45) + `]:` +
 /// a port, with room to spare. Longer nodes are not addresses.
 const MAX_NODE: usize = 64;
@@ -24,17 +26,6 @@ pub(super) fn node(node: &[u8]) -> Option<IpAddr> {
         .parse::<Ipv6Addr>()
         .ok()
         .map(|v6| IpAddr::V6(v6).to_canonical())
-}
-
-/// `s` without the optional whitespace (spaces and tabs) around it.
-pub(super) fn trim_ows(s: &[u8]) -> &[u8] {
-    let start = s.iter().position(|&b| !is_ows(b)).unwrap_or(s.len());
-    let end = s.iter().rposition(|&b| !is_ows(b)).map_or(start, |i| i + 1);
-    &s[start..end]
-}
-
-fn is_ows(b: u8) -> bool {
-    b == b' ' || b == b'\t'
 }
 
 /// The entries of one `X-Forwarded-For` field line, from the right: `Some(ip)` for an
