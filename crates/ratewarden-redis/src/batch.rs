@@ -250,33 +250,42 @@ struct Next<'a> {
 
 impl Drop for Next<'_> {
     /// A call dropped before its answer (its caller gave up) may still be on its way, or
-    /// waiting in a stalled server's socket: the place is handed on only once Redis answers
-    /// a probe of the same key sent after it (on the key's node), or at the call's deadline.
+    /// waiting in a stalled server's socket: the place is handed on once Redis answers a
+    /// probe of the same key sent after it (on the key's node), or at the call's deadline.
     /// Handing it on at once would send the checks queued behind it into the same stall,
     /// where each one whose caller then gave up would still be charged.
     fn drop(&mut self) {
-        let Some(entry) = self.unanswered else {
-            next(self.connection, self.queue, self.place, self.deadline);
-            return;
+        let hand_on = HandOn {
+            connection: self.connection.clone(),
+            queue: self.queue,
+            place: self.place,
+            deadline: self.deadline,
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime to probe from: the place is free at its deadline.
-            return;
+        let (Some(entry), Ok(runtime)) = (self.unanswered, tokio::runtime::Handle::try_current())
+        else {
+            return drop(hand_on);
         };
-        let (connection, queue, place, deadline) = (
-            self.connection.clone(),
-            self.queue,
-            self.place,
-            self.deadline,
-        );
         let probe = entry.probe();
+        // Dropped unrun (its runtime shutting down), the probe hands the place on at once.
         drop(runtime.spawn(async move {
-            let answered = tokio::time::timeout_at(deadline, connection.query::<u8>(&probe));
-            if let Ok(Ok(_)) = answered.await {
-                next(&connection, queue, place, deadline);
-            }
-            // Else the place is free at its deadline, where the checks waiting look again.
+            let answered = hand_on.connection.query::<u8>(&probe);
+            let _ = tokio::time::timeout_at(hand_on.deadline, answered).await;
+            drop(hand_on);
         }));
+    }
+}
+
+/// On drop, hands the place of a call that ended on to the checks queued behind it.
+struct HandOn {
+    connection: Connection,
+    queue: u64,
+    place: usize,
+    deadline: Instant,
+}
+
+impl Drop for HandOn {
+    fn drop(&mut self) {
+        next(&self.connection, self.queue, self.place, self.deadline);
     }
 }
 

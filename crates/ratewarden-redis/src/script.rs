@@ -811,12 +811,13 @@ pub(crate) enum Reply {
         granted: u32,
     },
     /// The key is split in `parts` for `remaining` more (adaptive hot keys), since `epoch`;
-    /// `left` units go to the parts of a split this call just made.
+    /// `made` with the units left to its parts when this call made the split (its caller,
+    /// and no other, seeds them).
     Split {
         parts: u32,
         remaining: Duration,
         epoch: Timestamp,
-        left: u64,
+        made: Option<u64>,
     },
 }
 
@@ -832,7 +833,7 @@ impl Reply {
         };
         let [outcome, a, b, c, d] = *reply;
         let unsigned = |n: i64| u64::try_from(n).map_err(|_| bad());
-        if outcome == 3 {
+        if outcome == 3 || outcome == 4 {
             let parts = u32::try_from(a).map_err(|_| bad())?;
             if !(2..=crate::MAX_PARTS).contains(&parts) {
                 return Err(bad());
@@ -846,7 +847,7 @@ impl Reply {
                         .filter(|&micros| micros <= u64::MAX / 1_000)
                         .ok_or_else(bad)?,
                 ),
-                left: unsigned(d)?,
+                made: Some(unsigned(d)?).filter(|_| outcome == 4),
             });
         }
         let info = Info::new(
@@ -930,6 +931,12 @@ mod tests {
         let split = |epoch: i64| Reply::parse(&[3, 8, 1_000_000, epoch, 0], 10);
         assert!(split(1_700_000_000_000_000).is_ok());
         assert!(split(i64::MAX).is_err());
+        // Outcome 4: this call made the split, and its caller seeds the parts.
+        let made = |outcome| match Reply::parse(&[outcome, 8, 1_000_000, 9, 5], 10) {
+            Ok(Reply::Split { made, .. }) => made,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((made(3), made(4)), (None, Some(5)));
     }
 
     /// The span of `name`'s hash tag as Redis Cluster reads it: from the first `{` to the first

@@ -337,11 +337,13 @@ impl RedisStore {
                 parts,
                 remaining,
                 epoch,
-                left,
+                made,
             } = self.call(key, &split).await?
             {
-                let new = hot.learn(key, *quota, (parts, epoch), remaining, sent);
-                if new {
+                hot.learn(key, *quota, (parts, epoch), remaining, sent);
+                // Only the gateway that made the split seeds it: another's seed of a split it
+                // only renewed (nothing left) could land first, and a part takes one seed.
+                if let Some(left) = made {
                     self.seed(key, quota, (parts, epoch), left, remaining).await;
                 }
             }
@@ -435,12 +437,12 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// Starts the parts of a split this gateway just made, each with its share (rounded
-    /// down) of the `left` units the key had: so that they refill from the split's start,
-    /// and hand out no more than the key had left. A part whose call fails starts spent when
-    /// it is first checked instead (under-admission, never over).
-    /// Starts the parts of a new split with `left` units between them, each kept for the
-    /// split's `remaining` time (a part that expired would read as spent).
+    /// Starts the parts of a split this gateway just made, each with its share of the
+    /// `left` units the key had (the first `left % parts` one more), kept for the split's `remaining` time: so that
+    /// they refill from the split's start, and hand out no more than the key had left. A
+    /// part checked before its seed lands is spent and left unwritten, so the seed still
+    /// lands; a part whose seed fails stays spent until the split ends (under-admission,
+    /// never over).
     async fn seed(
         &self,
         key: &Key,
@@ -449,8 +451,13 @@ impl RedisStore {
         left: u64,
         remaining: Duration,
     ) {
-        let units = left / u64::from(parts.max(1));
+        let (share, rest) = (
+            left / u64::from(parts.max(1)),
+            left % u64::from(parts.max(1)),
+        );
         let calls = (0..parts).map(|index| async move {
+            // The remainder to the first parts: between them, exactly what the key had left.
+            let units = share + u64::from(u64::from(index) < rest);
             let call = Call {
                 quota,
                 counter: Counter::Part {

@@ -30,11 +30,7 @@ decide = function(cost, write)
   if stored then
     tat = number(stored)
   elseif absent_spent then
-    -- A part of an adaptive split starts spent, and refills from now.
-    tat = horizon
-    if write then
-      redis.call('SET', key, tat, 'PX', ttl_ms(tat))
-    end
+    return unseeded()
   end
   -- A TAT past the horizon is a clock that stepped back: fully spent now, no more, and kept
   -- so (were it not written, every later check would find it spent again). A key spent until

@@ -17,8 +17,8 @@
 -- ARGV[2]  the cost
 -- ARGV[3]  now in microseconds, or '' for the Redis server's clock (TIME, read once per batch)
 -- ARGV[4]  the algorithm's figure (interval or period, µs), ARGV[5] its limit
--- ARGV[6]  'e' when a missing state means "spent" rather than "fresh" (a part of an adaptive
---          split starts spent: the key's remaining burst is not handed out again); else ''
+-- ARGV[6]  'e' when a missing state means "not seeded yet" rather than "fresh" (a part of an
+--          adaptive split: the key's remaining burst is not handed out again); else ''
 -- ARGV[7]  the shortest TTL in µs for a written state (a part lives as long as its split), or ''
 -- ARGV[8]  with a marker, the longest a split can still run (its hold and margin, µs), else 0:
 --          a key is spent until its split ends, so a state ahead of now by no more than this
@@ -26,7 +26,8 @@
 --
 -- Returns {outcome, limit, remaining, reset_after_us, retry_after_us, flag, granted}:
 -- outcome 1 allowed, 0 denied, 2 a cost above what the quota admits at once, 3 split (then
--- {3, parts, split_for_us, epoch, units left to the parts (a new split) or 0, 0, 0}); flag 1
+-- {3, parts, split_for_us, epoch, 0, 0, 0}), 4 split by this call (then {4, parts,
+-- split_for_us, epoch, units left to the parts, 0, 0}: the caller seeds them); flag 1
 -- when the state was corrupt and was replaced by a spent one, 2 when it was corrupt and left
 -- alone (a peek); granted the units counted.
 -- The check's own values, set by `begin` at each call: the functions below are made once (when
@@ -72,6 +73,14 @@ end
 -- A stored number (`stored_number`), or the error of a corrupt state.
 local function number(value)
   return stored_number(value) or error('rl: corrupt state')
+end
+
+-- The decision on a part of an adaptive split that its seed has not reached yet: denied,
+-- nothing written (so that the seed, which writes only a part that has no state, still
+-- lands), and to be retried at once rather than after a refill (the seed is a round trip
+-- behind the split).
+local function unseeded()
+  return {0, ARGV[5], 0, 0, 0}
 end
 
 -- Set by each algorithm: decide(cost, write), and spend(at), which writes a state spent at
@@ -142,8 +151,14 @@ local function read_marker()
   return fields
 end
 
-local function split_reply(parts, until_us, epoch, left)
-  return {3, parts, at_least_zero(until_us - now), epoch, left, 0, 0}
+-- A split's reply: outcome 4 when this call made it (the caller seeds its parts with `left`),
+-- 3 when it stood already.
+local function split_reply(parts, until_us, epoch, left, made)
+  local outcome = 3
+  if made then
+    outcome = 4
+  end
+  return {outcome, parts, at_least_zero(until_us - now), epoch, left, 0, 0}
 end
 
 local function main()
@@ -187,7 +202,8 @@ local function main()
       local margin = ARGV[11]
       local epoch = now
       local left = 0
-      if standing and m[3] > now then
+      local made = not (standing and m[3] > now)
+      if not made then
         -- Renewed: the same split goes on.
         parts = m[1]
         epoch = m[2]
@@ -204,12 +220,12 @@ local function main()
       spend(until_us + margin)
       redis.call('HSET', marker, 'n', parts, 'e', epoch, 'u', until_us, 'm', margin)
       redis.call('PEXPIRE', marker, idiv(until_us + margin - now + 999, 1000))
-      return split_reply(parts, until_us, epoch, left)
+      return split_reply(parts, until_us, epoch, left, made)
     end
     if standing then
       local until_us = m[3]
       if now < until_us then
-        return split_reply(m[1], until_us, m[2], 0)
+        return split_reply(m[1], until_us, m[2], 0, false)
       end
       -- Over, within its margin: denied until the marker is gone.
       local free_at = until_us + m[4] + cost * ARGV[4]

@@ -32,13 +32,7 @@ decide = function(cost, write)
     used = number(state[1])
     last = number(state[2])
   elseif absent_spent then
-    -- A part of an adaptive split starts spent, and refills from now.
-    used = capacity
-    last = now
-    if write then
-      redis.call('HSET', key, 'u', used, 'l', last)
-      expire_at(last + used * interval)
-    end
+    return unseeded()
   end
   -- Pulled back: behind a clock that stepped back, or past the capacity (which only a lying
   -- store could hold). A key spent until its split ends is ahead by at most the split's
