@@ -1,9 +1,10 @@
 //! [`FailureMode`]: what a layer does while its store cannot decide.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::num::NonZeroU32;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use ratewarden_core::{Decision, Key, Quota};
 use ratewarden_memory::MemoryStore;
@@ -33,7 +34,17 @@ use ratewarden_memory::MemoryStore;
 /// length `T`, at most `n × (⌈burst / n⌉ + ⌈count / n⌉ × T / period)`: about the quota plus
 /// `n - 1` per period. The local stores start empty, so the quota the store had already given
 /// out before the outage is not subtracted: in the worst case a key gets one extra burst at the
-/// moment the store fails.
+/// moment the store first fails.
+///
+/// From then on, spending is carried across every switch, so that a store that fails and
+/// recovers over and over (a flapping link) never lets a gateway spend both counts: what the
+/// store admits is charged to the fallback too (one local check more per admitted request,
+/// only once the fallback has decided), and what the fallback admits is owed to the store and
+/// charged with the key's next check there (at most a burst of it; a check that does not fit
+/// with what is owed is denied, as the key has spent it). With `instances = 1`, a gateway then
+/// admits at most the quota plus that one burst in any interval, however often the store
+/// fails (tested against a proxy switching Redis on and off every 500 ms). Owed units are
+/// kept for at most 100,000 keys at once; past that, a key's are forgotten.
 ///
 /// ```
 /// use ratewarden_tower::rate_limit::FailureMode;
@@ -61,7 +72,72 @@ enum Kind {
         /// Made on first use: most layers never need it.
         store: Arc<OnceLock<MemoryStore>>,
         instances: NonZeroU32,
+        /// What carries spending across a switch between the store and the fallback.
+        carry: Arc<Carry>,
     },
+}
+
+/// What a fallback and its store tell each other, so that a gateway switching between them
+/// (a store that fails and recovers repeatedly) never spends both counts: once the fallback
+/// has decided for the first time, what the store admits is charged to the fallback too, and
+/// what the fallback admits is owed to the store, charged with the key's next check there.
+#[derive(Default)]
+struct Carry {
+    /// Whether the fallback has ever decided: before, nothing is carried (no cost to a layer
+    /// whose store never failed).
+    engaged: AtomicBool,
+    owed: Mutex<HashMap<Key, u32>>,
+    /// How many keys owe: the map is locked only when some do.
+    owing: AtomicUsize,
+}
+
+/// The most keys that may owe units to the store at once: past it, a key's owed units are
+/// forgotten (the store may then admit them again).
+const MAX_OWING_KEYS: usize = 100_000;
+
+impl Carry {
+    fn owed(&self) -> std::sync::MutexGuard<'_, HashMap<Key, u32>> {
+        self.owed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes what `key` owes, at most `room` units.
+    fn take(&self, key: &Key, room: u32) -> u32 {
+        if self.owing.load(Ordering::Relaxed) == 0 || room == 0 {
+            return 0;
+        }
+        let mut owed = self.owed();
+        let Some(units) = owed.remove(key) else {
+            return 0;
+        };
+        self.owing.store(owed.len(), Ordering::Relaxed);
+        units.min(room)
+    }
+
+    /// Adds `units` to what `key` owes, up to `cap`.
+    fn owe(&self, key: &Key, units: u32, cap: u32) {
+        if units == 0 {
+            return;
+        }
+        let mut owed = self.owed();
+        if owed.len() >= MAX_OWING_KEYS && !owed.contains_key(key) {
+            return;
+        }
+        let owing = owed.entry(key.clone()).or_default();
+        *owing = owing.saturating_add(units).min(cap);
+        self.owing.store(owed.len(), Ordering::Relaxed);
+    }
+}
+
+/// Units a fallback admitted that a check of the store carries (see
+/// [`FailureMode::carried`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Owed(u32);
+
+impl Owed {
+    /// The units carried.
+    pub(crate) const fn units(self) -> u32 {
+        self.0
+    }
 }
 
 impl Default for FailureMode {
@@ -72,6 +148,7 @@ impl Default for FailureMode {
             kind: Kind::Fallback {
                 store: Arc::default(),
                 instances: NonZeroU32::MIN,
+                carry: Arc::default(),
             },
         }
     }
@@ -158,6 +235,7 @@ impl FailureMode {
             kind: Kind::Fallback {
                 store: Arc::new(OnceLock::from(store)),
                 instances,
+                carry: Arc::default(),
             },
         }
     }
@@ -185,11 +263,62 @@ impl FailureMode {
             Kind::Open => Failed::Pass,
             Kind::Closed { .. } if allowed.contains(&key.clone().scoped(0)) => Failed::Pass,
             Kind::Closed { .. } => Failed::Unavailable,
-            Kind::Fallback { store, instances } => {
+            Kind::Fallback {
+                store,
+                instances,
+                carry,
+            } => {
                 let share = quota.share(*instances);
                 let store = store.get_or_init(MemoryStore::new);
-                Failed::Decided(store.check_sync(key, &share, cost), share)
+                carry.engaged.store(true, Ordering::Relaxed);
+                let decision = store.check_sync(key, &share, cost);
+                if decision.is_allowed() {
+                    carry.owe(key, cost, quota.burst());
+                }
+                Failed::Decided(decision, share)
             }
+        }
+    }
+
+    /// What a check of `key` of `cost` under `quota` carries to the store: the units a
+    /// fallback admitted for the key while the store failed (at most the burst less the
+    /// cost), charged with the check. Give it back to [`decided`](Self::decided).
+    pub(crate) fn carried(&self, key: &Key, quota: &Quota, cost: u32) -> Owed {
+        match &self.kind {
+            Kind::Fallback { carry, .. } => {
+                Owed(carry.take(key, quota.burst().saturating_sub(cost)))
+            }
+            Kind::Open | Kind::Closed { .. } => Owed(0),
+        }
+    }
+
+    /// The store answered a check of `key` of `cost` that carried `owed` with `decision`
+    /// (`None`: it failed): charged, the owed units are paid, and once the fallback has
+    /// decided, the fallback counts what the store admitted; else they are owed still.
+    pub(crate) fn decided(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        (cost, owed): (u32, Owed),
+        decision: Option<&Decision>,
+    ) {
+        let Kind::Fallback {
+            store,
+            instances,
+            carry,
+        } = &self.kind
+        else {
+            return;
+        };
+        match decision {
+            Some(decision) if decision.is_allowed() => {
+                if carry.engaged.load(Ordering::Relaxed)
+                    && let Some(store) = store.get()
+                {
+                    let _ = store.check_sync(key, &quota.share(*instances), cost);
+                }
+            }
+            _ => carry.owe(key, owed.units(), quota.burst()),
         }
     }
 }

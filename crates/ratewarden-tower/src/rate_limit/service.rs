@@ -12,7 +12,7 @@ use ratewarden_core::{Decision, Key, Quota, Store, StoreError};
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::failure::Failed;
+use super::failure::{Failed, Owed};
 use super::future::ResponseFuture;
 use super::headers::PolicyHeaders;
 use super::observe::{self, Event};
@@ -98,18 +98,21 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
         }
     }
 
-    /// Turns the store's answer into what to do with `req`.
+    /// Turns the store's answer to a check of `cost` that carried `owed` (see
+    /// [`FailureMode::carried`](super::FailureMode)) into what to do with `req`.
     pub(crate) fn outcome<B>(
         &self,
         result: Result<Decision, StoreError>,
         key: &Key,
         quota: Quota,
-        cost: u32,
+        (cost, owed): (u32, Owed),
         req: &Request<B>,
     ) -> Outcome
     where
         K: KeyExtractor<B>,
     {
+        let failure = &self.config.failure;
+        failure.decided(key, &quota, (cost, owed), result.as_ref().ok());
         match result {
             Ok(decision) => self.decided(decision, key, quota, req, false),
             Err(error) => self.store_failed(&error, key, quota, cost, req),
@@ -386,8 +389,11 @@ where
             };
         };
         let cost = shared.cost.cost(&req);
-        if let Some(result) = shared.store.check_ready(&key, &quota, cost) {
-            return match shared.outcome(result, &key, quota, cost, &req) {
+        // What a fallback admitted for the key while the store failed goes with the check.
+        let owed = config.failure.carried(&key, &quota, cost);
+        let charged = cost + owed.units();
+        if let Some(result) = shared.store.check_ready(&key, &quota, charged) {
+            return match shared.outcome(result, &key, quota, (cost, owed), &req) {
                 Outcome::Allow(headers) => ResponseFuture::inner(self.inner.call(req), headers),
                 Outcome::Reject(response) => ResponseFuture::ready(response),
             };
@@ -398,8 +404,8 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(Box::pin(async move {
-            let result = shared.store.check(&key, &quota, cost).await;
-            match shared.outcome(result, &key, quota, cost, &req) {
+            let result = shared.store.check(&key, &quota, charged).await;
+            match shared.outcome(result, &key, quota, (cost, owed), &req) {
                 Outcome::Allow(headers) => {
                     let response = inner.call(req).await?;
                     Ok(super::future::finish(response, headers))
