@@ -1054,3 +1054,41 @@ async fn an_adaptive_split_hands_its_parts_exactly_what_the_key_had_left() {
         assert!((98..=100 + 7).contains(&split), "{split} admitted of 100");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heavy_check_of_a_split_key_waits_for_the_split_to_end_and_is_never_refused_for_good() {
+    // Reproduced: split at 50 checks in 8 parts on `1000/s burst 1000`, a check of cost 200
+    // (above a part's 125, within the burst) was refused as a cost no retry could meet, with
+    // no retry time, and still was 3 s later.
+    let server = RedisServer::start();
+    let store = config(server.url(), "heavy")
+        .timeout(Duration::from_millis(250))
+        .deny_cache(0)
+        .hot_keys(HotKeys::adaptive(50, NonZeroU32::new(8).unwrap()).hold(Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let quota = Quota::per_second(1_000).unwrap().with_burst(1_000).unwrap();
+    let key = Key::from("victim");
+    for _ in 0..60 {
+        store.check(&key, &quota, 1).await.unwrap();
+    }
+    assert_eq!(store.split_keys(), vec![(key.clone(), 8)], "the key was split");
+    let heavy = store.check(&key, &quota, 200).await.unwrap();
+    let ratewarden_core::Decision::Denied(info) = heavy else {
+        panic!("a cost the whole quota admits, refused as {heavy:?}");
+    };
+    // Until the split ends (its hold) and the margin (the deadline) after it.
+    assert!(info.retry_after() <= Duration::from_millis(1_250), "{info:?}");
+    let started = Instant::now();
+    let mut retry = info.retry_after();
+    loop {
+        tokio::time::sleep(retry).await;
+        match store.check(&key, &quota, 200).await.unwrap() {
+            ratewarden_core::Decision::Allowed(_) => break,
+            ratewarden_core::Decision::Denied(info) => retry = info.retry_after(),
+            refused => panic!("{refused:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "never admitted");
+    }
+    eprintln!("the heavy check was admitted {:?} after its first denial", started.elapsed());
+}

@@ -3,15 +3,13 @@
 //! for keys a gateway sees above a rate ([`HotKeys::adaptive`]), the split recorded in Redis
 //! itself, where every gateway reads it.
 
-use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use foldhash::fast::RandomState;
 use ratewarden_core::{Algorithm, Key, Quota, Timestamp};
 
 use crate::per_key::{Expiring, PerKey};
+use crate::rate_tracker::RateTracker;
 use crate::script::Counter;
 use crate::time::between;
 
@@ -22,13 +20,6 @@ pub const MAX_PARTS: u32 = 64;
 /// (Redis says so on every check of the key itself), at the cost of a second round trip per
 /// check.
 pub const MAX_SPLIT_KEYS: usize = 4_096;
-
-/// How many keys the rate tracker follows per window (space-saving top-k: any key with more
-/// than `1 / TRACKED` of the window's checks is among them).
-const TRACKED: usize = 128;
-
-/// The window the rate tracker counts checks in.
-const WINDOW: Duration = Duration::from_secs(1);
 
 /// The longest hold of an adaptive split: a split's end (now and its hold, in microseconds)
 /// must stay within the integers Redis's scripts count exactly (below 2^53), and a day is far
@@ -45,6 +36,10 @@ pub(crate) const MAX_HOLD: Duration = Duration::from_secs(86_400);
 /// `burst + ⌈rate × t⌉ + n - 1`. A split can deny a request while other parts still have room
 /// (the part picked is spent): BENCHMARKS.md measures that loss. A denial covers the whole key
 /// on the gateway that gave it: a client told to retry after `t` is not admitted before `t`.
+/// A part admits at most its share of the burst at once: under a static split a heavier
+/// check is refused as a cost no retry can meet; under an adaptive split it is denied until
+/// the key is whole again (the split's end and a margin), since the whole quota would admit
+/// it then.
 ///
 /// Adaptive splits (GCRA and token bucket quotas only) keep the same bound across promotion,
 /// renewal and demotion: a key's parts start spent (what was left of the key's burst is not
@@ -106,7 +101,7 @@ impl HotKeys {
     /// threshold. The threshold is per gateway: for a fleet-wide rate `R` over `g` gateways,
     /// use about `R / g`. Only keys under GCRA and token-bucket quotas are split (a window's
     /// count cannot be handed from one counter to others mid-window without over-admitting);
-    /// rates are tracked in bounded memory (the 128 busiest keys of each second), and a gateway
+    /// rates are tracked in bounded memory (the 256 busiest keys of each second, in 16 shards), and a gateway
     /// tracks at most [`MAX_SPLIT_KEYS`] splits.
     ///
     /// While a key is split its own counter is spent until the split ends (its hold and a
@@ -219,7 +214,7 @@ impl Expiring for Known {
 pub(crate) struct HotKeyState {
     config: HotKeys,
     splits: PerKey<Known>,
-    tracker: Mutex<Tracker>,
+    tracker: RateTracker,
 }
 
 /// Where a check goes: which counter, and for how long at least a written part must live.
@@ -234,7 +229,7 @@ impl HotKeyState {
         Self {
             config,
             splits: PerKey::new(MAX_SPLIT_KEYS),
-            tracker: Mutex::new(Tracker::default()),
+            tracker: RateTracker::default(),
         }
     }
 
@@ -282,7 +277,13 @@ impl HotKeyState {
             .flatten()
     }
 
-    fn known_until(&self, key: &Key, quota: &Quota, now: Timestamp) -> Option<Timestamp> {
+    /// Until when the split of `key` under `quota` this gateway knows of stands.
+    pub(crate) fn known_until(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        now: Timestamp,
+    ) -> Option<Timestamp> {
         self.with_known(key, quota, now, |known| known.until)
     }
 
@@ -327,11 +328,7 @@ impl HotKeyState {
         if !self.config.adapts(quota) {
             return None;
         }
-        let guaranteed = self
-            .tracker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .record(key, now);
+        let guaranteed = self.tracker.record(key, now);
         if guaranteed <= u64::from(threshold) {
             return None;
         }
@@ -448,44 +445,6 @@ pub(crate) struct SplitAsk {
     pub(crate) hold: Duration,
 }
 
-/// Check counts per key in the current one-second window, for at most [`TRACKED`] keys
-/// (Metwally et al.'s space-saving: a newcomer takes the place of the least-counted key and
-/// inherits its count as its error). A key's count minus its error is a count it certainly
-/// had: only that is compared with the threshold, so that a flood of one-off keys (each
-/// inheriting a large count) never promotes any.
-#[derive(Debug, Default)]
-struct Tracker {
-    window_start: Timestamp,
-    counts: HashMap<Key, (u64, u64), RandomState>,
-}
-
-impl Tracker {
-    /// Counts one check of `key`; returns how many it certainly had this window.
-    fn record(&mut self, key: &Key, now: Timestamp) -> u64 {
-        if between(self.window_start, now) >= WINDOW {
-            self.counts.clear();
-            self.window_start = now;
-        }
-        if let Some((count, error)) = self.counts.get_mut(key) {
-            *count += 1;
-            return *count - *error;
-        }
-        let mut inherited = 0;
-        if self.counts.len() >= TRACKED
-            && let Some((least, count)) = self
-                .counts
-                .iter()
-                .min_by_key(|(_, (count, _))| *count)
-                .map(|(k, (c, _))| (k.clone(), *c))
-        {
-            self.counts.remove(&least);
-            inherited = count;
-        }
-        self.counts.insert(key.clone(), (inherited + 1, inherited));
-        1
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -495,8 +454,8 @@ mod tests {
         Timestamp::from_nanos(n)
     }
 
-    /// The window's length in nanoseconds.
-    const WINDOW_NANOS: u64 = WINDOW.as_nanos() as u64;
+    /// The tracker's window (a second) in nanoseconds.
+    const WINDOW_NANOS: u64 = 1_000_000_000;
 
     fn adaptive(threshold: u32) -> HotKeyState {
         HotKeyState::new(
@@ -572,22 +531,6 @@ mod tests {
         }
         assert_eq!(asks, 0);
         assert_eq!(state.tracked(), 0);
-    }
-
-    #[test]
-    fn the_tracker_keeps_its_bound_and_finds_a_heavy_key_among_many() {
-        let mut tracker = Tracker::default();
-        let mut heavy = 0;
-        for i in 0..100_000_u64 {
-            if i % 10 == 0 {
-                heavy = tracker.record(&Key::from(u64::MAX), at(5));
-            } else {
-                tracker.record(&Key::from(i), at(5));
-            }
-            assert!(tracker.counts.len() <= TRACKED);
-        }
-        // 10,000 checks of the heavy key; its certain count is at most that, and close.
-        assert!((9_000..=10_000).contains(&heavy), "{heavy}");
     }
 
     #[test]

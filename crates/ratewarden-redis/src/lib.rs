@@ -152,12 +152,15 @@ mod hot_keys;
 mod lease;
 mod log;
 mod per_key;
+mod rate_tracker;
 mod script;
 mod store;
 mod time;
 
 pub use config::{ConfigError, RedisConfig};
 pub use hot_keys::{HotKeys, MAX_PARTS, MAX_SPLIT_KEYS};
+#[cfg(feature = "test-util")]
+pub use rate_tracker::RateTracker;
 pub use store::RedisStore;
 
 /// The [`redis`](https://docs.rs/redis) crate this store is built with, to name its types

@@ -428,6 +428,24 @@ impl RedisStore {
             reply = self.call(key, &part).await?;
         }
         match reply {
+            // Too heavy for a part of an adaptive split, not for the whole quota: denied
+            // until the key is whole again (its split over, and the margin after it), never
+            // refused as a cost no retry could meet.
+            Reply::Decided {
+                decision: Decision::InsufficientCapacity(info),
+                ..
+            } if matches!(counter, Counter::Part { epoch: Some(_), .. })
+                && cost <= quota.burst() =>
+            {
+                let now = self.now();
+                let whole_at = (hot.known_until(key, quota, now))
+                    .unwrap_or(now)
+                    .saturating_add(self.timeout);
+                let retry = between(now, whole_at).max(Duration::from_micros(1));
+                let limit = u64::from(quota.burst());
+                let denied = Info::new(limit, 0, info.reset_after(), retry);
+                Ok((Decision::Denied(denied), 0))
+            }
             Reply::Decided {
                 decision, granted, ..
             } => Ok((as_whole(decision, quota, counter), granted)),
