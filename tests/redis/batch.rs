@@ -457,7 +457,9 @@ async fn checks_of_a_slot_that_is_migrating_are_decided_on_a_cluster() {
     let store = RedisConfig::cluster(cluster.urls())
         .prefix("migrating")
         .deny_cache(0)
-        .timeout(Duration::from_secs(3))
+        // What is tested is that each check is decided: slowest 17-30 ms here, idle or beside
+        // three busy loops; the deadline is for a machine running every suite at once.
+        .timeout(Duration::from_secs(10))
         .connect()
         .await
         .unwrap();
@@ -493,12 +495,19 @@ async fn checks_of_a_slot_that_is_migrating_are_decided_on_a_cluster() {
     let tasks: Vec<_> = (0..32)
         .map(|i| {
             let (store, key, quota) = (store.clone(), key.clone(), quotas[i % 8]);
-            tokio::spawn(async move { store.check(&key, &quota, 1).await })
+            tokio::spawn(async move {
+                let asked = std::time::Instant::now();
+                (store.check(&key, &quota, 1).await, asked.elapsed())
+            })
         })
         .collect();
+    let mut slowest = Duration::ZERO;
     for task in tasks {
-        assert!(task.await.unwrap().unwrap().is_allowed());
+        let (result, took) = task.await.unwrap();
+        assert!(result.unwrap().is_allowed());
+        slowest = slowest.max(took);
     }
+    eprintln!("32 checks of a migrating slot: the slowest took {slowest:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
