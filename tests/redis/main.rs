@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod batch;
+mod clock;
 mod conformance;
 mod differential;
 mod lone;
@@ -10,6 +11,7 @@ mod scale;
 mod server;
 mod slots;
 mod tls;
+mod work;
 
 use ratewarden_core::{Key, Quota, Store};
 use ratewarden_redis::{RedisConfig, RedisStore};

@@ -317,7 +317,7 @@ pub mod redis_server {
 
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
 
@@ -330,6 +330,9 @@ pub mod redis_server {
         args: Vec<String>,
         /// The certificates of a server that speaks TLS only.
         tls: Option<TlsCerts>,
+        /// The file holding how far the server's wall clock is shifted, in seconds (a server
+        /// started with [`start_with_shifted_clock`](Self::start_with_shifted_clock)).
+        clock: Option<PathBuf>,
     }
 
     impl RedisServer {
@@ -354,16 +357,65 @@ pub mod redis_server {
             let dir = std::env::temp_dir().join(format!("rl-redis-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("create the server's directory");
             let args: Vec<String> = args.iter().map(ToString::to_string).collect();
-            let child = spawn(port, &dir, &args);
+            let child = spawn(port, &dir, &args, None);
             let server = Self {
                 child,
                 port,
                 dir,
                 args,
                 tls: None,
+                clock: None,
             };
             server.wait_until_up();
             server
+        }
+
+        /// Starts a server whose wall clock (Redis's `TIME`, which the scripts decide by) can
+        /// be stepped with [`shift_clock`](Self::shift_clock): `redis-server` runs with
+        /// `tests/src/clock_shift.c` preloaded, compiled with `cc` on first use.
+        ///
+        /// # Panics
+        ///
+        /// As [`start`](Self::start), and when `cc` is missing or fails.
+        #[must_use]
+        pub fn start_with_shifted_clock() -> Self {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!("rl-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create the server's directory");
+            let shift = dir.join("clock-shift");
+            let child = spawn(port, &dir, &[], Some(&shift));
+            let server = Self {
+                child,
+                port,
+                dir,
+                args: Vec::new(),
+                tls: None,
+                clock: Some(shift),
+            };
+            server.shift_clock(0);
+            server.wait_until_up();
+            server
+        }
+
+        /// Steps the server's wall clock to `seconds` ahead of the host's (behind, if
+        /// negative), at once.
+        ///
+        /// # Panics
+        ///
+        /// When the server was not started with
+        /// [`start_with_shifted_clock`](Self::start_with_shifted_clock).
+        pub fn shift_clock(&self, seconds: i64) {
+            use std::io::Write as _;
+            let path = self.clock.as_ref().expect("a server with a shifted clock");
+            // Rewritten in place, never truncated: the server reads it through a mapping.
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(path)
+                .expect("open the clock's shift file");
+            file.write_all(format!("{seconds:<32}").as_bytes())
+                .expect("write the clock's shift");
         }
 
         /// Starts a server without Redis functions, as a Redis before 7.0: `FCALL` and
@@ -426,13 +478,14 @@ pub mod redis_server {
                 all.extend([flag.to_owned(), file(name)]);
             }
             all.extend(args.iter().map(ToString::to_string));
-            let child = spawn(port, &dir, &all);
+            let child = spawn(port, &dir, &all, None);
             let server = Self {
                 child,
                 port,
                 dir,
                 args: all,
                 tls: Some(tls),
+                clock: None,
             };
             server.wait_until_up();
             server
@@ -487,7 +540,7 @@ pub mod redis_server {
         /// As [`start`](Self::start).
         pub fn restart(&mut self) {
             self.kill();
-            self.child = spawn(self.port, &self.dir, &self.args);
+            self.child = spawn(self.port, &self.dir, &self.args, self.clock.as_deref());
             self.wait_until_up();
         }
 
@@ -696,8 +749,14 @@ pub mod redis_server {
         }
     }
 
-    fn spawn(port: u16, dir: &std::path::Path, args: &[String]) -> Child {
-        Command::new("redis-server")
+    fn spawn(port: u16, dir: &Path, args: &[String], clock: Option<&Path>) -> Child {
+        let mut command = Command::new("redis-server");
+        if let Some(shift) = clock {
+            command
+                .env("LD_PRELOAD", clock_shift_library())
+                .env("RL_CLOCK_SHIFT_FILE", shift);
+        }
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--dir"])
             .arg(dir)
@@ -708,6 +767,39 @@ pub mod redis_server {
             .unwrap_or_else(|e| {
                 panic!("cannot start redis-server ({e}): install it (apt-get install redis-server) or run scripts/test, which does")
             })
+    }
+
+    /// `tests/src/clock_shift.c` compiled, in a directory named by its source's hash.
+    fn clock_shift_library() -> PathBuf {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        BUILT
+            .get_or_init(|| {
+                let source = include_str!("clock_shift.c");
+                #[allow(clippy::disallowed_types)] // a file name, not a map
+                let mut hasher = DefaultHasher::new();
+                source.hash(&mut hasher);
+                let dir =
+                    std::env::temp_dir().join(format!("rl-clock-shift-{:016x}", hasher.finish()));
+                let library = dir.join("clock_shift.so");
+                if !library.exists() {
+                    std::fs::create_dir_all(&dir).expect("create the shim's directory");
+                    let c = dir.join(format!("clock_shift-{}.c", std::process::id()));
+                    std::fs::write(&c, source).expect("write the shim's source");
+                    let built = dir.join(format!("clock_shift-{}.so", std::process::id()));
+                    let status = Command::new("cc")
+                        .args(["-shared", "-fPIC", "-O2", "-o"])
+                        .arg(&built)
+                        .arg(&c)
+                        .arg("-ldl")
+                        .status()
+                        .expect("run cc (apt-get install gcc) to build the clock shim");
+                    assert!(status.success(), "cc failed to build the clock shim");
+                    std::fs::rename(&built, &library).expect("move the clock shim in place");
+                }
+                library
+            })
+            .clone()
     }
 
     impl Drop for RedisServer {
