@@ -1072,13 +1072,20 @@ async fn a_heavy_check_of_a_split_key_waits_for_the_split_to_end_and_is_never_re
     for _ in 0..60 {
         store.check(&key, &quota, 1).await.unwrap();
     }
-    assert_eq!(store.split_keys(), vec![(key.clone(), 8)], "the key was split");
+    assert_eq!(
+        store.split_keys(),
+        vec![(key.clone(), 8)],
+        "the key was split"
+    );
     let heavy = store.check(&key, &quota, 200).await.unwrap();
     let ratewarden_core::Decision::Denied(info) = heavy else {
         panic!("a cost the whole quota admits, refused as {heavy:?}");
     };
     // Until the split ends (its hold) and the margin (the deadline) after it.
-    assert!(info.retry_after() <= Duration::from_millis(1_250), "{info:?}");
+    assert!(
+        info.retry_after() <= Duration::from_millis(1_250),
+        "{info:?}"
+    );
     let started = Instant::now();
     let mut retry = info.retry_after();
     loop {
@@ -1090,5 +1097,8 @@ async fn a_heavy_check_of_a_split_key_waits_for_the_split_to_end_and_is_never_re
         }
         assert!(started.elapsed() < Duration::from_secs(5), "never admitted");
     }
-    eprintln!("the heavy check was admitted {:?} after its first denial", started.elapsed());
+    eprintln!(
+        "the heavy check was admitted {:?} after its first denial",
+        started.elapsed()
+    );
 }
