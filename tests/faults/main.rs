@@ -345,10 +345,28 @@ async fn cluster_master_killed_then_failover() {
     let mut keys = keys_on(&cluster, &store, victim);
     keys.insert(0, keys[0]);
     let victim_slot = slot(&cluster, &store.state_key(&Key::from(keys[1]), &quota()));
+    // A counted key on the victim too, checked every 5 ms until the kill: what asynchronous
+    // replication had not yet carried to the replica is lost with the master.
+    // 100/h: one unit refills in 36 s, so the state still holds what it counted after the
+    // failover (a faster quota's state would expire, being fresh again).
+    let counted = Quota::per_hour(100).unwrap();
+    let counted_key = Key::from(keys[1]);
+    let h_store = store.clone();
     let mut h = Harness::new(store, FailureMode::open(), quota(), keys);
     h.healthy().await;
     h.start_load();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut admitted = 0_u64;
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        admitted += u64::from(
+            h_store
+                .check(&counted_key, &counted, 1)
+                .await
+                .unwrap()
+                .is_allowed(),
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     h.fault();
     cluster.kill(victim);
     // A replica takes over once the others agree the master failed (cluster-node-timeout 2 s).
@@ -367,17 +385,36 @@ async fn cluster_master_killed_then_failover() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let failover = started.elapsed();
     h.recovered();
     let report = h.finish(SETTLE).await;
     // The cluster client holds a connection per node, and reconnects to the new master.
     report.assert_common(6);
     report.assert_breaker_opened();
     assert_open(&report);
+    let left = h_store
+        .peek(&counted_key, &counted)
+        .await
+        .unwrap()
+        .info()
+        .remaining();
+    // At most one unit refilled since the first check.
+    let lost = admitted.saturating_sub(100 - left + 1);
     eprintln!(
-        "failover took {:?}; the store decided again {:?} after it",
-        started.elapsed(),
+        "failover took {failover:?}; the store decided again {:?} after it; {lost} of {admitted} units admitted before the kill were lost with the master",
         report.resumed_after
     );
+    // A replica is promoted once the others agree the master failed: the node timeout (2 s),
+    // the failure reports' gossip, the replica's election delay (0.5-1 s) and the news of
+    // it reaching the node asked (3.7-4.1 s measured here): the node timeout and 3 s.
+    assert!(
+        failover <= Duration::from_secs(5),
+        "failover took {failover:?}"
+    );
+    // What asynchronous replication loses is what the replica had not received when the
+    // master died: nothing bounds it but the replica's lag (0 of 45-47 units in most runs
+    // here, 45 of 46 in one, a replica behind by the whole 300 ms under this test's load).
+    // It is measured and printed, not bounded: the crate docs say so.
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -843,4 +880,69 @@ async fn a_flapping_redis_never_lets_a_gateway_spend_the_quota_twice() {
             "breaker {breaker}: {second} in one second"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_longer_than_the_burst_is_held_to_the_fallbacks_limit() {
+    use tower::{Service, ServiceExt};
+    let _serial = SERIAL.lock().await;
+    let mut server = RedisServer::start();
+    let store = config(server.url())
+        .prefix("outage")
+        .deny_cache(0)
+        .build()
+        .unwrap();
+    let breaker = ratewarden_tower::breaker::CircuitBreaker::new(store);
+    // 10/s, burst 10; the default failure mode: a local fallback enforcing the whole quota.
+    let quota = Quota::per_second(10).unwrap().with_burst(10).unwrap();
+    let layer = ratewarden_tower::RateLimitLayer::new(breaker, quota, |_: &http::Request<()>| {
+        Some(Key::from("outage"))
+    });
+    let mut service =
+        tower::ServiceBuilder::new()
+            .layer(layer)
+            .service_fn(|_: http::Request<()>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+            });
+    // One request every 10 ms: 100/s against 10/s. A second healthy, then 3 s of outage.
+    let mut ask = async |for_: Duration| {
+        let (mut admitted, mut denied) = (0_u32, 0_u32);
+        let start = Instant::now();
+        while start.elapsed() < for_ {
+            let asked = Instant::now();
+            let response = (service.ready().await.unwrap())
+                .call(http::Request::new(()))
+                .await
+                .unwrap();
+            if response.status().is_success() {
+                admitted += 1;
+            } else {
+                denied += 1;
+            }
+            tokio::time::sleep_until((asked + Duration::from_millis(10)).into()).await;
+        }
+        (admitted, denied)
+    };
+    let healthy = ask(Duration::from_secs(1)).await;
+    server.kill();
+    let outage = Duration::from_secs(3);
+    let (admitted, denied) = ask(outage).await;
+    eprintln!(
+        "healthy: {healthy:?} (admitted, denied); Redis killed for 3 s: {admitted} admitted, {denied} denied"
+    );
+    // The fallback starts empty (the documented extra burst), then holds the quota:
+    // burst + rate × 3 s, and one at the edge.
+    assert!(
+        admitted <= 10 + 10 * 3 + 1,
+        "{admitted} admitted in the outage"
+    );
+    // It decided, and its limit was reached: most requests were denied.
+    assert!(
+        admitted >= 10 * 3 - 5,
+        "{admitted} admitted: the fallback did not decide"
+    );
+    assert!(
+        denied > admitted,
+        "the fallback's limit was never reached: {denied} denied"
+    );
 }

@@ -5,6 +5,7 @@ mod batch;
 mod clock;
 mod conformance;
 mod differential;
+mod expiry;
 mod lone;
 mod queue;
 mod scale;
