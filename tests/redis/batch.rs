@@ -271,7 +271,7 @@ async fn a_user_not_allowed_functions_is_served_by_scripts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_allowed_functions_but_not_scripts_is_served_after_every_function_flush() {
-    // Reproduced (attack run): a check that found the library gone went by EVALSHA while the
+    // Reproduced: a check that found the library gone went by EVALSHA while the
     // library loaded, which this user may not run: 4 of 640 checks failed (NOPERM) per flush,
     // enough to open a circuit breaker.
     let server = RedisServer::start();
@@ -373,7 +373,7 @@ async fn checks_that_queue_behind_a_frozen_server_are_each_answered_within_their
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checks_held_unpolled_by_one_caller_never_hold_other_checks_past_their_deadline() {
-    // Reproduced (attack run): a queued check had no timer of its own, and a call in flight
+    // Reproduced: a queued check had no timer of its own, and a call in flight
     // ended only when its caller polled it again: with four held, a check of another key on a
     // healthy server waited 3 s (its deadline 200 ms), and forever while they were held.
     let server = RedisServer::start();

@@ -1,6 +1,6 @@
 //! A queue's places (crates/ratewarden-redis/src/batch.rs): calls whose callers stop polling
-//! them, deadlines, and stores shared by several runtimes. Each test reproduces a defect an
-//! attack run found: it failed before its fix.
+//! them, deadlines, and stores shared by several runtimes. Each test reproduces a defect: it
+//! failed before its fix.
 
 use std::time::{Duration, Instant};
 

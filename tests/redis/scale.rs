@@ -265,7 +265,7 @@ async fn concurrent_cold_checks_of_one_key_lose_at_most_one_batch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_read_late_is_spent_only_within_its_period_from_its_call() {
-    // Reproduced (an attack run): a check's future polled once (its call sent, Redis granting
+    // Reproduced: a check's future polled once (its call sent, Redis granting
     // a lease) and then held for a while started its lease's period when its reply was read.
     // The lease's tokens, granted a second before, were spent on top of a bucket that had
     // refilled meanwhile: 20 admitted in 16 ms of a 10/s quota whose bound is 11.

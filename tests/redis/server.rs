@@ -158,7 +158,7 @@ async fn a_corrupt_state_is_a_denial_and_is_replaced_never_unlimited() {
             "9007199254740993",
             "9000000000000000",
             // Numbers to Lua's `tonumber` (hexadecimal, blanks around), never written by a
-            // gateway: reproduced (an attack run), each was read as a state of a few
+            // gateway: reproduced, each was read as a state of a few
             // microseconds, a key with its whole burst.
             "0x10",
             " 7 ",
@@ -346,7 +346,7 @@ async fn a_zero_deadline_or_lease_period_is_refused_when_built() {
 
 #[tokio::test]
 async fn a_hot_key_hold_past_a_day_is_refused_when_built() {
-    // Reproduced (an attack run): `hold(Duration::MAX)`, or any hold of 2^53 µs and more, was
+    // Reproduced: `hold(Duration::MAX)`, or any hold of 2^53 µs and more, was
     // accepted, and every check of a key once it was split failed ("unexpected script
     // reply"): Redis's numbers are exact below 2^53 only.
     use ratewarden_redis::{ConfigError, HotKeys, RedisConfig};
@@ -391,7 +391,7 @@ async fn a_hot_key_hold_past_a_day_is_refused_when_built() {
 #[tokio::test]
 async fn a_whole_number_stored_in_exponent_form_is_read_as_that_number() {
     // Redis 7.2.0 to 7.2.4 write a whole Lua number with 8 or more trailing zeros in exponent
-    // form (redis/redis#13113): 100000000 as `1e+8`. An attack run found that reading states
+    // form (redis/redis#13113): 100000000 as `1e+8`. Reading states
     // as digits only took such states for corrupt ones, and denied their keys.
     let server = RedisServer::start();
     let store = crate::store(&server, "exponent").await;
@@ -430,7 +430,7 @@ async fn a_whole_number_stored_in_exponent_form_is_read_as_that_number() {
 
 #[tokio::test]
 async fn a_sliding_log_longer_than_its_limit_is_corrupt_and_replaced_not_an_error() {
-    // Reproduced (an attack run): a log of 9,000 entries stamped in the future (a clock that
+    // Reproduced: a log of 9,000 entries stamped in the future (a clock that
     // stepped back, or garbage) was deleted, then could not be written back (Lua unpacks at
     // most 8,000 values): the check failed with a script error, and the next one found the
     // key fresh, with its whole burst. No log is ever longer than its limit.
@@ -462,7 +462,7 @@ async fn a_sliding_log_longer_than_its_limit_is_corrupt_and_replaced_not_an_erro
 
 #[test]
 fn a_deadline_past_a_day_with_adaptive_hot_keys_is_refused_when_built() {
-    // Reproduced (an attack run): with adaptive hot keys the deadline is also how long a
+    // Reproduced: with adaptive hot keys the deadline is also how long a
     // split key waits after its split; `timeout(Duration::MAX)` sent Redis a wait of 1.8e19
     // µs, past the integers its scripts count exactly, and the first check after each split
     // failed (`rl: corrupt state`) where it should have been decided.

@@ -128,7 +128,7 @@ async fn waiting_retry_after_lets_the_next_request_through() {
 
 #[tokio::test]
 async fn each_layer_names_its_own_policy_even_when_its_headers_are_made_per_request() {
-    // Reproduced (attack run): the per-thread cache of the last `RateLimit` value was keyed by
+    // Reproduced: the per-thread cache of the last `RateLimit` value was keyed by
     // the address of its policy's prefix. The headers of a quota other than a layer's first
     // are made per request and freed after it, the next layer's landed at the same address,
     // and 200 of 200 of its responses carried the other layer's name.

@@ -282,7 +282,7 @@ fn a_token_without_the_configured_issuer_or_audience_is_no_key() {
     assert_eq!(issuer.extract(&bearer(&full)), Some(Key::from("u1")));
     assert_eq!(audience.extract(&bearer(&full)), Some(Key::from("u1")));
     // `JwtClaim::new` takes its `Validation` as given, as the application decoding with the
-    // same one does (a third attack run found that requiring what it sets made the limit
+    // same one does (requiring what it sets made the limit
     // refuse, or under `Skip` let through uncounted, tokens the application serves): it
     // requires `aud` and `iss` where the `Validation` says so.
     let key = || jsonwebtoken::DecodingKey::from_secret(SECRET).unwrap();
@@ -342,7 +342,7 @@ async fn a_token_sent_twice_is_refused_even_when_keyless_requests_are_skipped() 
     }
     // No credential, another scheme's, or a bearer token that is not this limit's (a
     // forged one, which the application refuses itself; another issuer's; an opaque API
-    // key): skipped, as configured. An attack run found that refusing them broke two bearer
+    // key): skipped, as configured. Refusing them broke two bearer
     // limits side by side, each skipping the other's tokens.
     let forged = format!(
         "Bearer {}",
