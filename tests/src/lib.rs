@@ -269,6 +269,7 @@ fn mapped_written(written: &str, client: IpAddr) -> bool {
         })
 }
 
+pub mod conformance;
 pub mod proxy;
 
 /// A store that is down: every call fails with a connection error.
@@ -777,8 +778,8 @@ pub mod redis_server {
                 let source = include_str!("clock_shift.c");
                 // Named by the source: a changed shim is built anew.
                 let crc = crc16::State::<crc16::XMODEM>::calculate(source.as_bytes());
-                let dir = std::env::temp_dir()
-                    .join(format!("rl-clock-shift-{crc:04x}-{}", source.len()));
+                let dir =
+                    std::env::temp_dir().join(format!("rl-clock-shift-{crc:04x}-{}", source.len()));
                 let library = dir.join("clock_shift.so");
                 if !library.exists() {
                     std::fs::create_dir_all(&dir).expect("create the shim's directory");

@@ -46,6 +46,9 @@ pub enum StoreErrorKind {
     InvalidInput,
     /// A circuit breaker in front of the store is open: the store was not asked.
     CircuitOpen,
+    /// The store cannot do what was asked (several limits decided together, by a store that
+    /// decides one at a time): nothing was counted.
+    Unsupported,
     /// Anything else.
     Other,
 }
@@ -61,12 +64,15 @@ impl StoreErrorKind {
     /// ```
     #[must_use]
     pub const fn is_backend_failure(self) -> bool {
-        !matches!(self, Self::CorruptState | Self::InvalidInput)
+        !matches!(
+            self,
+            Self::CorruptState | Self::InvalidInput | Self::Unsupported
+        )
     }
 
     /// A short name for logs and metric labels: `connection`, `timeout`, `pool_exhausted`,
     /// `busy`, `out_of_memory`, `read_only`, `cluster_down`, `unauthorized`, `script`,
-    /// `corrupt_state`, `invalid_input`, `circuit_open` or `other`.
+    /// `corrupt_state`, `invalid_input`, `circuit_open`, `unsupported` or `other`.
     ///
     /// ```
     /// assert_eq!(ratewarden_core::StoreErrorKind::OutOfMemory.as_str(), "out_of_memory");
@@ -86,6 +92,7 @@ impl StoreErrorKind {
             Self::CorruptState => "corrupt_state",
             Self::InvalidInput => "invalid_input",
             Self::CircuitOpen => "circuit_open",
+            Self::Unsupported => "unsupported",
             Self::Other => "other",
         }
     }
@@ -104,6 +111,7 @@ impl StoreErrorKind {
             Self::CorruptState => "store holds unexpected data for the key",
             Self::InvalidInput => "invalid request to the store",
             Self::CircuitOpen => "store circuit breaker is open",
+            Self::Unsupported => "the store cannot do this",
             Self::Other => "store error",
         }
     }

@@ -46,6 +46,7 @@ mod clock;
 mod decision;
 mod error;
 mod key;
+mod limits;
 mod quota;
 mod store;
 
@@ -56,5 +57,6 @@ pub use clock::{Clock, ManualClock, Timestamp};
 pub use decision::{Decision, Info};
 pub use error::{StoreError, StoreErrorKind};
 pub use key::{Key, KeyRepr, MAX_KEY_LEN};
+pub use limits::{Decisions, Limit, MAX_LIMITS};
 pub use quota::{ParseQuotaError, Quota, QuotaError};
 pub use store::Store;

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::{Decision, Key, Quota, StoreError};
+use crate::{Decision, Decisions, Key, Limit, MAX_LIMITS, Quota, StoreError, StoreErrorKind};
 
 /// Where limiter state lives. Implemented by `ratewarden-memory` (in process) and
 /// `ratewarden-redis` (shared by a fleet).
@@ -55,6 +55,53 @@ pub trait Store: Send + Sync + 'static {
         quota: &Quota,
         cost: u32,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// Checks a request against several limits together (at most [`MAX_LIMITS`]): every
+    /// limit admits its cost and all are counted, or none is counted and the answer says
+    /// which denied ([`Decisions::binding`]).
+    ///
+    /// The default decides one limit by [`check`](Self::check) and no limits as admitted;
+    /// for several it answers [`StoreErrorKind::Unsupported`] (counting nothing), as a store
+    /// that checks one limit at a time cannot keep them all-or-nothing. A store that can
+    /// overrides it.
+    ///
+    /// # Errors
+    ///
+    /// As for [`check`](Self::check); [`StoreErrorKind::InvalidInput`] for more than
+    /// [`MAX_LIMITS`] limits.
+    ///
+    /// ```
+    /// # async fn demo(store: impl ratewarden_core::Store) -> Result<(), ratewarden_core::StoreError> {
+    /// use ratewarden_core::{Key, Limit, Quota, Store};
+    /// let user = Key::from("user-7");
+    /// let decisions = store
+    ///     .check_all(&[Limit::new(user, Quota::per_second(10).unwrap(), 1)])
+    ///     .await?;
+    /// println!("admitted: {}", decisions.is_allowed());
+    /// # Ok(()) }
+    /// ```
+    fn check_all(
+        &self,
+        limits: &[Limit],
+    ) -> impl Future<Output = Result<Decisions, StoreError>> + Send {
+        async move {
+            match limits {
+                [] => Ok(Decisions::default()),
+                [one] => {
+                    let decision = self.check(one.key(), one.quota(), one.cost()).await?;
+                    Ok(Decisions::from(vec![decision]))
+                }
+                _ if limits.len() > MAX_LIMITS => Err(StoreError::with_source(
+                    StoreErrorKind::InvalidInput,
+                    "more than 16 limits in one check",
+                )),
+                _ => Err(StoreError::with_source(
+                    StoreErrorKind::Unsupported,
+                    "this store decides one limit at a time",
+                )),
+            }
+        }
+    }
 
     /// Decides at once, if this store can: a store that needs no I/O (the memory store) returns
     /// `Some`, sparing its caller a future; one that must wait (Redis) returns `None`, the
@@ -121,6 +168,13 @@ impl<S: Store> Store for Arc<S> {
         cost: u32,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         (**self).check(key, quota, cost)
+    }
+
+    fn check_all(
+        &self,
+        limits: &[Limit],
+    ) -> impl Future<Output = Result<Decisions, StoreError>> + Send {
+        (**self).check_all(limits)
     }
 
     fn peek(

@@ -1,0 +1,156 @@
+//! [`Limit`] and [`Decisions`]: several limits on one request (10/s and 1,000/h on a key; per
+//! IP, per user and per tenant), decided together by [`Store::check_all`](crate::Store::check_all).
+
+use crate::{Decision, Key, Quota};
+
+/// The most limits one [`check_all`](crate::Store::check_all) decides together.
+pub const MAX_LIMITS: usize = 16;
+
+/// One limit of a request: `cost` units of `key` under `quota`.
+///
+/// ```
+/// use ratewarden_core::{Key, Limit, Quota};
+/// let per_second = Limit::new(Key::from("user-7"), Quota::per_second(10)?, 1);
+/// assert_eq!(per_second.cost(), 1);
+/// # Ok::<(), ratewarden_core::QuotaError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limit {
+    key: Key,
+    quota: Quota,
+    cost: u32,
+}
+
+impl Limit {
+    /// `cost` units of `key` under `quota`.
+    ///
+    /// ```
+    /// # use ratewarden_core::{Key, Limit, Quota};
+    /// let limit = Limit::new(Key::from(7u64), Quota::per_hour(1_000)?, 2);
+    /// assert_eq!(limit.key(), &Key::from(7u64));
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    pub const fn new(key: Key, quota: Quota, cost: u32) -> Self {
+        Self { key, quota, cost }
+    }
+
+    /// The key counted.
+    ///
+    /// ```
+    /// # use ratewarden_core::{Key, Limit, Quota};
+    /// let limit = Limit::new(Key::from("ip"), Quota::per_second(5)?, 1);
+    /// assert_eq!(limit.key(), &Key::from("ip"));
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    pub const fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The quota it is counted under.
+    ///
+    /// ```
+    /// # use ratewarden_core::{Key, Limit, Quota};
+    /// let quota = Quota::per_second(5)?;
+    /// assert_eq!(Limit::new(Key::from("ip"), quota, 1).quota(), &quota);
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    pub const fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The units counted.
+    ///
+    /// ```
+    /// # use ratewarden_core::{Key, Limit, Quota};
+    /// assert_eq!(Limit::new(Key::from("ip"), Quota::per_second(5)?, 3).cost(), 3);
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    pub const fn cost(&self) -> u32 {
+        self.cost
+    }
+}
+
+/// What a store decided for each limit of a [`check_all`](crate::Store::check_all), in the
+/// order the limits were given: every limit admitted and all were counted, or none was
+/// counted.
+///
+/// ```
+/// use ratewarden_core::{Decision, Decisions, Info};
+/// use std::time::Duration;
+///
+/// let room = |remaining| Decision::Allowed(Info::new(10, remaining, Duration::ZERO, Duration::ZERO));
+/// let decisions = Decisions::from(vec![room(9), room(2)]);
+/// assert!(decisions.is_allowed());
+/// // The limit closest to exhaustion binds.
+/// assert_eq!(decisions.binding().map(|(i, _)| i), Some(1));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Decisions {
+    decisions: Vec<Decision>,
+}
+
+impl From<Vec<Decision>> for Decisions {
+    fn from(decisions: Vec<Decision>) -> Self {
+        Self { decisions }
+    }
+}
+
+impl Decisions {
+    /// Whether every limit admitted (no limits: admitted).
+    ///
+    /// ```
+    /// assert!(ratewarden_core::Decisions::default().is_allowed());
+    /// ```
+    #[must_use]
+    pub fn is_allowed(&self) -> bool {
+        self.decisions.iter().all(Decision::is_allowed)
+    }
+
+    /// The decisions, one per limit, in the order given.
+    ///
+    /// ```
+    /// assert!(ratewarden_core::Decisions::default().as_slice().is_empty());
+    /// ```
+    #[must_use]
+    pub fn as_slice(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    /// The limit that decided (its index, and its decision): of those that denied, the one
+    /// whose retry is longest (a client retrying sooner is denied again); when all admitted,
+    /// the one with the least left relative to its limit (what `X-RateLimit-*` shows).
+    /// `None` for no limits.
+    ///
+    /// ```
+    /// use ratewarden_core::{Decision, Decisions, Info};
+    /// use std::time::Duration;
+    ///
+    /// let denied = |retry| Decision::Denied(Info::new(10, 0, retry, retry));
+    /// let ok = Decision::Allowed(Info::new(10, 5, Duration::ZERO, Duration::ZERO));
+    /// let decisions = Decisions::from(vec![denied(Duration::from_secs(1)), ok, denied(Duration::from_secs(60))]);
+    /// assert!(!decisions.is_allowed());
+    /// assert_eq!(decisions.binding().map(|(i, _)| i), Some(2));
+    /// ```
+    #[must_use]
+    pub fn binding(&self) -> Option<(usize, &Decision)> {
+        let refused = self
+            .decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.is_allowed())
+            .max_by_key(|(_, d)| d.info().retry_after());
+        refused.or_else(|| {
+            // remaining / limit, compared without division: a / b < c / d as a·d < c·b.
+            self.decisions.iter().enumerate().min_by(|(_, a), (_, b)| {
+                let (a, b) = (a.info(), b.info());
+                let left_a = u128::from(a.remaining()) * u128::from(b.limit().max(1));
+                let left_b = u128::from(b.remaining()) * u128::from(a.limit().max(1));
+                left_a.cmp(&left_b)
+            })
+        })
+    }
+}
