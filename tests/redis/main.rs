@@ -5,6 +5,7 @@ mod batch;
 mod clock;
 mod conformance;
 mod differential;
+mod eviction;
 mod expiry;
 mod lone;
 mod queue;

@@ -143,6 +143,9 @@ struct Inner<S, C> {
     clock: C,
     settings: Settings,
     machine: Mutex<Machine>,
+    /// Every transition reported, in order: what the tests count.
+    #[cfg(test)]
+    transitions: std::sync::Mutex<Vec<BreakerState>>,
 }
 
 impl<S, C> Clone for CircuitBreaker<S, C> {
@@ -320,6 +323,8 @@ impl<S, C> CircuitBreakerBuilder<S, C> {
                 clock: self.clock,
                 settings: self.settings,
                 machine,
+                #[cfg(test)]
+                transitions: std::sync::Mutex::default(),
             }),
         }
     }
@@ -383,6 +388,12 @@ impl<S, C: Clock> CircuitBreaker<S, C> {
     fn report(&self, transition: Transition, error: Option<&StoreError>) {
         let name = &*self.inner.settings.name;
         let to = transition.to();
+        #[cfg(test)]
+        self.inner
+            .transitions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(to);
         #[cfg(feature = "tracing")]
         match transition {
             Transition::Opened { backoff, after } => tracing::warn!(

@@ -341,6 +341,118 @@ fn a_zero_probe_timeout_does_not_reopen_the_breaker_while_its_probe_runs() {
     assert_eq!(breaker.state(), BreakerState::Closed);
 }
 
+/// Fails every call with a timeout, once `in_flight` calls are in it at once: all of them are
+/// admitted while the breaker is closed, and all report their failures together.
+#[derive(Debug)]
+struct FailingTogether {
+    in_flight: std::sync::Barrier,
+    calls: AtomicU32,
+}
+
+impl Store for FailingTogether {
+    async fn check(&self, _: &Key, _: &Quota, _: u32) -> Result<Decision, StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        // Blocks this thread (the test polls on threads of its own) until every call is here.
+        self.in_flight.wait();
+        Err(StoreError::new(StoreErrorKind::Timeout))
+    }
+    async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
+        self.check(key, quota, 0).await
+    }
+    async fn reset(&self, _: &Key, _: &Quota) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// The transitions `breaker` reported, in order.
+fn transitions<S, C>(breaker: &CircuitBreaker<S, C>) -> Vec<BreakerState> {
+    breaker
+        .inner
+        .transitions
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+const TASKS: usize = 64;
+
+#[test]
+fn sixty_four_failures_reported_at_once_open_the_breaker_exactly_once() {
+    for round in 0..20 {
+        let breaker = CircuitBreaker::builder(FailingTogether {
+            in_flight: std::sync::Barrier::new(TASKS),
+            calls: AtomicU32::new(0),
+        })
+        .failure_threshold(3)
+        .failure_rate(2.0, Duration::from_secs(10), 20)
+        .clock(ManualClock::new(Timestamp::from_nanos(1_000_000_000)))
+        .build();
+        let (key, quota) = (Key::from(1_u64), Quota::per_second(1).expect("quota"));
+        let kinds: Vec<_> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..TASKS)
+                .map(|_| {
+                    scope.spawn(|| match now(breaker.check(&key, &quota, 1)) {
+                        Poll::Ready(result) => kind(result),
+                        Poll::Pending => panic!("the store answers at once"),
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        assert!(
+            kinds.iter().all(|k| *k == Some(StoreErrorKind::Timeout)),
+            "round {round}: every call was admitted and failed: {kinds:?}"
+        );
+        assert_eq!(breaker.get_ref().calls.load(Ordering::SeqCst), 64);
+        assert_eq!(
+            transitions(&breaker),
+            [BreakerState::Open],
+            "round {round}: 64 failures at once, one closed -> open"
+        );
+        assert_eq!(breaker.state(), BreakerState::Open);
+    }
+}
+
+#[test]
+fn sixty_four_threads_failing_at_once_open_the_breaker_exactly_once() {
+    // Released together, each call is admitted, fails and reports while others do: some are
+    // admitted after the breaker opened (and fail fast), some report after it opened.
+    for round in 0..20 {
+        let (breaker, _clock) = breaker();
+        breaker.get_ref().set(TIMEOUT);
+        let start = std::sync::Barrier::new(TASKS);
+        let kinds: Vec<_> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..TASKS)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        kind(check(&breaker))
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let failed = kinds
+            .iter()
+            .filter(|k| **k == Some(StoreErrorKind::Timeout))
+            .count();
+        assert_eq!(failed, breaker.get_ref().calls() as usize, "round {round}");
+        assert!(failed >= 3, "round {round}: {kinds:?}");
+        assert!(
+            kinds.iter().all(|k| matches!(
+                k,
+                Some(StoreErrorKind::Timeout | StoreErrorKind::CircuitOpen)
+            )),
+            "round {round}: {kinds:?}"
+        );
+        assert_eq!(
+            transitions(&breaker),
+            [BreakerState::Open],
+            "round {round}: {failed} failures, one closed -> open"
+        );
+    }
+}
+
 #[cfg(rl_loom)]
 mod loom_tests {
     //! The breaker's state machine under every interleaving loom finds:

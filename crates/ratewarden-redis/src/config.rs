@@ -10,6 +10,7 @@ use redis::aio::ConnectionManagerConfig;
 
 use crate::connection::{Connection, LazyCluster, Link, Single};
 use crate::deny_cache::DenyCache;
+use crate::eviction::{self, EvictionWatch};
 use crate::hot_keys::{HotKeyState, HotKeys, MAX_HOLD};
 use crate::lease::{LeasePolicy, Leases};
 use crate::script::MAX_PREFIX_LEN;
@@ -56,6 +57,8 @@ pub struct RedisConfig {
     lease_keys: usize,
     hot_keys: HotKeys,
     functions: bool,
+    /// Where the `maxmemory-policy` read is reported (a watch of the config's own by default).
+    eviction: EvictionWatch,
     /// The CA and client certificates given for TLS (none by default).
     #[cfg(feature = "tls-rustls")]
     tls: redis::TlsCertificates,
@@ -78,6 +81,7 @@ impl RedisConfig {
             lease: None,
             hot_keys: HotKeys::default(),
             functions: true,
+            eviction: EvictionWatch::new(),
             skew_warning: Duration::from_millis(100),
             #[cfg(feature = "tls-rustls")]
             tls: redis::TlsCertificates {
@@ -285,8 +289,28 @@ impl RedisConfig {
         self
     }
 
-    /// Connects, checks that Redis answers within the [deadline](Self::timeout), and
-    /// measures the clock skew once: for a service that should not start without Redis.
+    /// Reports the `maxmemory-policy` the store reads (when it connects, and every 60 s) to
+    /// `watch`, which the caller keeps: see [`EvictionWatch`]. A policy that evicts keys hands
+    /// throttled clients a fresh quota. Without this step the store still reads it, and warns
+    /// (`tracing` feature) and sets a gauge (`metrics` feature) when it evicts. Stores built
+    /// from clones of one config report to one watch: give each its own.
+    ///
+    /// ```
+    /// use ratewarden_redis::{EvictionWatch, RedisConfig};
+    /// let eviction = EvictionWatch::new();
+    /// let config = RedisConfig::new("redis://127.0.0.1:6379").eviction_watch(&eviction);
+    /// assert_eq!(eviction.policy(), None, "nothing read before the store connects");
+    /// # let _ = config;
+    /// ```
+    pub fn eviction_watch(mut self, watch: &EvictionWatch) -> Self {
+        self.eviction = watch.clone();
+        self
+    }
+
+    /// Connects, checks that Redis answers within the [deadline](Self::timeout), measures
+    /// the clock skew once, and reads Redis's `maxmemory-policy` (see
+    /// [`eviction_watch`](Self::eviction_watch); a policy Redis will not report fails
+    /// nothing): for a service that should not start without Redis.
     ///
     /// # Errors
     ///
@@ -301,15 +325,18 @@ impl RedisConfig {
     /// # Ok(()) }
     /// ```
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
-        let store = self.build()?;
+        let (store, eviction) = self.build_watched()?;
         store.measure_clock_skew().await?;
+        eviction.read().await;
         Ok(store)
     }
 
     /// The store, without touching the network: it connects on its first call, and a call
     /// made while Redis is down fails within its deadline (so the layer's failure mode
     /// answers) until Redis is up. For a service that must start, and serve, without Redis.
-    /// Call it from within a Tokio runtime.
+    /// Call it from within a Tokio runtime: the store reads Redis's `maxmemory-policy` from a
+    /// task of its own there, 60 s after it is built and every 60 s after, until it is dropped
+    /// (see [`eviction_watch`](Self::eviction_watch)).
     ///
     /// # Errors
     ///
@@ -327,6 +354,11 @@ impl RedisConfig {
     /// # Ok(()) }
     /// ```
     pub fn build(self) -> Result<RedisStore, ConfigError> {
+        Ok(self.build_watched()?.0)
+    }
+
+    /// The store, and what reads its `maxmemory-policy` (already reading every 60 s).
+    fn build_watched(self) -> Result<(RedisStore, eviction::Watcher), ConfigError> {
         if let Some(misuse) = self.misuse {
             return Err(misuse);
         }
@@ -375,10 +407,12 @@ impl RedisConfig {
                 });
             }
         }
-        if tokio::runtime::Handle::try_current().is_err() {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return Err(ConfigError::NoRuntime);
-        }
+        };
         let connection = self.connection()?;
+        let eviction = eviction::Watcher::new(&connection, self.eviction);
+        eviction.clone().spawn(&runtime, eviction::PERIOD);
         let local = Local {
             clock: MonotonicClock::new(),
             deny: DenyCache::new(self.deny_cache),
@@ -387,13 +421,14 @@ impl RedisConfig {
                 .map(|policy| Leases::new(policy, self.lease_keys)),
             hot: HotKeyState::new(self.hot_keys),
         };
-        Ok(RedisStore::new(
+        let store = RedisStore::new(
             connection,
             Arc::from(self.prefix),
             self.timeout,
             self.skew_warning,
             local,
-        ))
+        );
+        Ok((store, eviction))
     }
 }
 

@@ -2,7 +2,7 @@
 //! or a pool, each sending a command and reporting what went wrong.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
@@ -238,6 +238,96 @@ impl Connection {
     }
 }
 
+/// Every reply of [`WeakConnection::query_masters`]: each server's, named by its address on a
+/// cluster (`None`: the one server, or a cluster that could not be asked at all).
+pub(crate) type MasterReplies = Vec<(Option<String>, RedisResult<redis::Value>)>;
+
+impl Connection {
+    /// This connection, held without keeping it open: for a task that must end with the
+    /// store (see [`crate::eviction`]).
+    pub(crate) fn downgrade(&self) -> WeakConnection {
+        let link = match &self.link {
+            Link::Single(single) => WeakLink::Single(Arc::downgrade(single)),
+            Link::Cluster(lazy) => WeakLink::Cluster(Arc::downgrade(lazy)),
+            Link::Pool(pool) => {
+                let weak = pool.weak();
+                WeakLink::Pool(Arc::new(move |cmd: redis::Cmd| {
+                    let pool = weak.upgrade()?;
+                    Some(
+                        async move {
+                            let mut connection = pool.get().await.map_err(pool_error)?;
+                            Ok(cmd.query_async(&mut *connection).await)
+                        }
+                        .boxed(),
+                    )
+                }))
+            }
+        };
+        WeakConnection {
+            link,
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// A [`Connection`] that keeps nothing open: once every clone of the store is dropped, its
+/// queries find nothing, and the connections have closed.
+#[derive(Clone)]
+pub(crate) struct WeakConnection {
+    link: WeakLink,
+    timeout: Duration,
+}
+
+type PooledReply = BoxFuture<'static, Result<RedisResult<redis::Value>, StoreError>>;
+
+#[derive(Clone)]
+enum WeakLink {
+    Single(Weak<Single>),
+    Cluster(Weak<LazyCluster>),
+    /// A query through the pool, while it lives: deadpool's weak pool comes back as a pool of
+    /// its plain objects, not a `deadpool_redis::Pool`, and is not `Clone`.
+    Pool(Arc<dyn Fn(redis::Cmd) -> Option<PooledReply> + Send + Sync>),
+}
+
+impl WeakConnection {
+    pub(crate) const fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs `cmd` on the server, or on every master of a cluster (for `CONFIG GET`, which the
+    /// cluster client would send to one node at random), while a store still holds the
+    /// connection; `None` once none does. The query holds the connection until it ends.
+    pub(crate) fn query_masters(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Option<BoxFuture<'static, Result<MasterReplies, StoreError>>> {
+        let cmd = cmd.clone();
+        Some(match &self.link {
+            WeakLink::Single(single) => {
+                let single = single.upgrade()?;
+                async move { Ok(vec![(None, single.query(&cmd).await)]) }.boxed()
+            }
+            WeakLink::Cluster(lazy) => {
+                let lazy = lazy.upgrade()?;
+                async move {
+                    Ok(match lazy.query_masters(&cmd).await {
+                        Ok(replies) => replies
+                            .into_iter()
+                            .map(|(node, reply)| (Some(node), reply))
+                            .collect(),
+                        Err(error) => vec![(None, Err(error))],
+                    })
+                }
+                .boxed()
+            }
+            WeakLink::Pool(query) => {
+                let reply = query(cmd)?;
+                async move { Ok(vec![(None, reply.await?)]) }.boxed()
+            }
+        })
+    }
+}
+
 /// `FCALL` of a function the server does not have: its library is to be loaded.
 fn function_missing(error: &RedisError) -> bool {
     error.code() == Some("ERR") && error.detail() == Some("Function not found")
@@ -271,7 +361,11 @@ fn failed_to_connect(error: &RedisError) -> bool {
 }
 
 async fn checkout(pool: &deadpool_redis::Pool) -> Result<deadpool_redis::Connection, StoreError> {
-    pool.get().await.map_err(|error| match error {
+    pool.get().await.map_err(pool_error)
+}
+
+fn pool_error(error: deadpool_redis::PoolError) -> StoreError {
+    match error {
         deadpool_redis::PoolError::Backend(error) => classify(error),
         deadpool_redis::PoolError::Timeout(deadpool_redis::TimeoutType::Wait) => {
             StoreError::with_source(StoreErrorKind::PoolExhausted, error)
@@ -280,7 +374,7 @@ async fn checkout(pool: &deadpool_redis::Pool) -> Result<deadpool_redis::Connect
             StoreError::with_source(StoreErrorKind::Timeout, error)
         }
         other => StoreError::with_source(StoreErrorKind::Connection, other),
-    })
+    }
 }
 
 /// One multiplexed connection that reconnects by itself (redis-rs's `ConnectionManager`), and
@@ -407,6 +501,35 @@ impl LazyCluster {
             };
         }
         result.map_err(|error| (*error).clone())
+    }
+
+    /// Runs `cmd` on every master: each one's reply (a server's error reply among them), by
+    /// its address.
+    async fn query_masters(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> RedisResult<Vec<(String, RedisResult<redis::Value>)>> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+        let mut connection = self.connection().await?;
+        // No response policy: the client answers a map of each node's address to its reply.
+        let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        Ok(
+            match connection.route_command(cmd.clone(), routing).await? {
+                redis::Value::Map(replies) => replies
+                    .into_iter()
+                    .map(|(node, reply)| {
+                        let node = match node {
+                            redis::Value::BulkString(bytes) => {
+                                String::from_utf8_lossy(&bytes).into_owned()
+                            }
+                            other => format!("{other:?}"),
+                        };
+                        (node, reply.extract_error())
+                    })
+                    .collect(),
+                other => vec![(String::new(), Ok(other))],
+            },
+        )
     }
 
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {

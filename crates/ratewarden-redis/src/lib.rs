@@ -21,7 +21,14 @@
 //!   logs) how far this host's clock is from Redis's.
 //! - Every key expires when its state equals a fresh one, so idle keys vanish by themselves.
 //!   Keep Redis's `maxmemory-policy` at `noeviction` (its default): an evicted state is a
-//!   fresh one (over-admission), where a full Redis answers `OOM`, a backend failure.
+//!   fresh one (over-admission), where a full Redis answers `OOM`, a backend failure. Every
+//!   state has a TTL, so the `volatile-*` policies evict them as the `allkeys-*` ones do. The
+//!   store reads the policy (`CONFIG GET maxmemory-policy`, on every master of a cluster) when
+//!   it connects and every 60 s, from a task that ends with the store, and reports it to an
+//!   [`EvictionWatch`]; an evicting policy is also a warning (`tracing`) and the gauge
+//!   `ratewarden_redis_evicting_policy` at 1 (`metrics`). Where `CONFIG` is refused
+//!   (`NOPERM`) or renamed away (as managed services do), the policy is
+//!   [`Unknown`](EvictionPolicy::Unknown) and the store works all the same.
 //! - A key has one state per quota and per named limit: its Redis key is
 //!   `PREFIX:{KIND KEY}:LIMIT`, with the user key inside the hash tag (integers in decimal,
 //!   addresses as text, strings as their bytes, or the first 16 bytes of their SHA-256 in hex
@@ -138,8 +145,8 @@
 //! |---|---|---|
 //! | `tls-rustls` | no | `rediss://` through rustls, trusting the operating system's roots; `RedisConfig::tls_ca_cert`, `RedisConfig::tls_client_cert` |
 //! | `tls-rustls-webpki-roots` | no | as `tls-rustls`, trusting Mozilla's roots (compiled in) instead of the operating system's |
-//! | `tracing` | no | `tracing` events: a corrupt state (error), clock skew past the threshold and a replica's connection not replaced (warnings), a part of a split not started (debug) |
-//! | `metrics` | no | `ratewarden_redis_corrupt_states_total` through the `metrics` facade |
+//! | `tracing` | no | `tracing` events: a corrupt state (error), clock skew past the threshold, a replica's connection not replaced and a `maxmemory-policy` that evicts states (warnings), a policy that cannot be read (info), a part of a split not started (debug) |
+//! | `metrics` | no | `ratewarden_redis_corrupt_states_total` (counter) and `ratewarden_redis_evicting_policy` (gauge: 1 when the `maxmemory-policy` last read evicts states, 0 for `noeviction`) through the `metrics` facade |
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -148,6 +155,7 @@ mod config;
 mod connection;
 mod deny_cache;
 mod error;
+mod eviction;
 mod hot_keys;
 mod lease;
 mod log;
@@ -158,6 +166,7 @@ mod store;
 mod time;
 
 pub use config::{ConfigError, RedisConfig};
+pub use eviction::{EvictionPolicy, EvictionWatch};
 pub use hot_keys::{HotKeys, MAX_PARTS, MAX_SPLIT_KEYS};
 #[cfg(feature = "test-util")]
 pub use rate_tracker::RateTracker;

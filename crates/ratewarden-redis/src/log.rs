@@ -59,6 +59,34 @@ pub(crate) fn functions_unavailable(error: &RedisError) {
     let _ = error;
 }
 
+/// Redis's `maxmemory-policy` (on `node` of a cluster) may evict rate-limit states: an
+/// evicted key starts again with a fresh quota (warning, at every read that finds it).
+#[inline]
+pub(crate) fn evicting_policy(policy: &str, node: Option<&str>) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        policy,
+        node = node.unwrap_or("the server"),
+        "Redis's maxmemory-policy evicts rate-limit states: an evicted key starts again with a \
+         fresh quota (over-admission); set maxmemory-policy to noeviction"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (policy, node);
+}
+
+/// Redis would not report its `maxmemory-policy` (`CONFIG` not allowed or renamed away): the
+/// store cannot warn of an evicting one (info, when first found so).
+#[inline]
+pub(crate) fn eviction_policy_unknown(reason: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::info!(
+        reason,
+        "cannot read Redis's maxmemory-policy: make sure it is noeviction, or rate-limit states may be evicted"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = reason;
+}
+
 #[cfg(all(test, feature = "tracing"))]
 mod tests {
     use std::sync::Arc;
@@ -106,12 +134,14 @@ mod tests {
             super::clock_skew(200_000, 100_000);
             super::replica_not_replaced(&redis::RedisError::from(std::io::Error::other("x")));
             super::functions_unavailable(&redis::RedisError::from(std::io::Error::other("x")));
+            super::evicting_policy("allkeys-lru", Some("127.0.0.1:7000"));
+            super::eviction_policy_unknown("NOPERM");
             super::part_not_started(&super::StoreError::new(
                 ratewarden_core::StoreErrorKind::Timeout,
             ));
         });
         assert_eq!(counts.errors.load(Ordering::Relaxed), 1);
-        assert_eq!(counts.warnings.load(Ordering::Relaxed), 3);
-        assert_eq!(counts.debug.load(Ordering::Relaxed), 1);
+        assert_eq!(counts.warnings.load(Ordering::Relaxed), 4);
+        assert_eq!(counts.debug.load(Ordering::Relaxed), 2);
     }
 }
