@@ -60,7 +60,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use ratewarden_core::{
-    Clock, Decision, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
+    Clock, Decision, Decisions, Key, Limit, MonotonicClock, Quota, Store, StoreError,
+    StoreErrorKind, Timestamp,
 };
 
 /// Where a [`CircuitBreaker`] stands.
@@ -447,6 +448,12 @@ impl<S, C: Clock> CircuitBreaker<S, C> {
 impl<S: Store, C: Clock> Store for CircuitBreaker<S, C> {
     async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
         self.guarded(self.inner.store.check(key, quota, cost)).await
+    }
+
+    /// The store's, as one call: it fails or succeeds once, whatever the number of limits
+    /// (an `Unsupported` or `InvalidInput` answer is no backend failure).
+    async fn check_all(&self, limits: &[Limit]) -> Result<Decisions, StoreError> {
+        self.guarded(self.inner.store.check_all(limits)).await
     }
 
     /// What the store can decide without I/O (a denial it remembers, say) it still decides,

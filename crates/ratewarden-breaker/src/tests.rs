@@ -546,3 +546,26 @@ mod loom_tests {
         });
     }
 }
+
+#[test]
+fn several_limits_go_to_the_store_as_one_call_and_unsupported_is_no_failure() {
+    let breaker = CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
+        .failure_threshold(1)
+        .build();
+    let quota = Quota::per_hour(10).unwrap();
+    let limits = [
+        ratewarden_core::Limit::new(Key::from(1_u64), quota, 1),
+        ratewarden_core::Limit::new(Key::from(2_u64), quota, 1),
+    ];
+    for _ in 0..3 {
+        let Poll::Ready(result) = now(breaker.check_all(&limits)) else {
+            panic!("the memory store answers at once");
+        };
+        assert_eq!(result.unwrap_err().kind(), StoreErrorKind::Unsupported);
+    }
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    let Poll::Ready(one) = now(breaker.check_all(&limits[..1])) else {
+        panic!("the memory store answers at once");
+    };
+    assert!(one.unwrap().is_allowed());
+}
