@@ -32,8 +32,10 @@
 //! - A key has one state per quota and per named limit: its Redis key is
 //!   `PREFIX:{KIND KEY}:LIMIT`, with the user key inside the hash tag (integers in decimal,
 //!   addresses as text, strings as their bytes, or the first 16 bytes of their SHA-256 in hex
-//!   when too long to fit) and [`Key::limit_id`](ratewarden_core::Key::limit_id) in hex: at most 128
-//!   bytes, whatever the key, and one cluster slot for every limit of a key.
+//!   when too long to fit or holding a `}`, which would end the tag and let the key choose its
+//!   slot) and [`Key::limit_id`](ratewarden_core::Key::limit_id) in hex: at most 128
+//!   bytes, whatever the key, and one cluster slot for every limit of a key, the slot of the
+//!   whole key.
 //! - A state that cannot be read (garbage, `inf`, a key of another type) counts as spent: the
 //!   check is denied, never let through, the state is replaced by a spent one that refills,
 //!   and an error is logged (with the `tracing` feature; with the `metrics` feature, `ratewarden_redis_corrupt_states_total`
@@ -93,7 +95,10 @@
 //!   `rate × p`, and at most the tokens the gateways held when the interval began
 //!   (`gateways × batch`):
 //!   **overshoot ≤ min(rate × period, gateways × batch)** (a test checks it under overload).
-//!   Tokens unspent when a lease ends are forgotten: under-admission, never over.
+//!   Tokens unspent when a lease ends are forgotten: under-admission, never over, at most
+//!   `batch - 1` per gateway, key and period: a check asks for a batch only where the grant
+//!   has a place in the lease map ([`RedisConfig::lease_keys`]) and no other check of the key
+//!   is asking for one, so no granted batch is declined or overwritten.
 //! - **Hot keys** ([`RedisConfig::hot_keys`], off by default): a key split into `n`
 //!   sub-counters on `n` evenly spread cluster slots, each with `1/n` of its quota, one
 //!   picked per check; for every key, or adaptively for keys over a rate ([`HotKeys`]). An
