@@ -301,8 +301,11 @@ impl RedisStore {
         self.local.deny.get(key, quota, cost, now)
     }
 
-    /// Asks Redis: splitting the key first if it is hot here, and following a split another
-    /// gateway made.
+    /// Asks Redis, in four steps: split the key first if it is hot here
+    /// ([`split_if_hot`](Self::split_if_hot)); ask the counter it routes to, following a
+    /// split another gateway made ([`ask`](Self::ask)); ask another part of a split if the
+    /// one asked is spent ([`ask_another_part`](Self::ask_another_part)); and read the reply
+    /// as the whole key's ([`as_decided`](Self::as_decided)).
     async fn decide(
         &self,
         key: &Key,
@@ -310,44 +313,67 @@ impl RedisStore {
         cost: u32,
         mode: Mode,
     ) -> Result<(Decision, u32), StoreError> {
+        if mode != Mode::Peek {
+            self.split_if_hot(key, quota, cost).await?;
+        }
+        let (call, reply, counter) = self.ask(key, quota, cost, mode).await?;
+        match self.ask_another_part(key, &call, reply, counter).await? {
+            Ok((reply, counter)) => self.as_decided(key, quota, cost, reply, counter),
+            Err(denied) => Ok((denied, 0)),
+        }
+    }
+
+    /// Splits `key` (or renews its split) when this gateway counts it over the adaptive
+    /// threshold; seeds the parts when this call made the split.
+    async fn split_if_hot(&self, key: &Key, quota: &Quota, cost: u32) -> Result<(), StoreError> {
         let hot = &self.local.hot;
-        let adapts = hot.config().adapts(quota);
-        let counted = mode != Mode::Peek;
-        if let Some(ask) = counted
-            .then(|| hot.wants_split(key, quota, self.now()))
-            .flatten()
+        let Some(ask) = hot.wants_split(key, quota, self.now()) else {
+            return Ok(());
+        };
+        let split = Call {
+            quota,
+            counter: Counter::Whole,
+            mode: Mode::Split {
+                parts: ask.parts,
+                hold: ask.hold,
+                // A part's check sent before the split ends may still run until its
+                // deadline: the key itself waits that long more.
+                margin: self.timeout,
+            },
+            cost,
+            now: None,
+            marker: self.split_slack(),
+            keep_for: Duration::ZERO,
+        };
+        let sent = self.now();
+        if let Reply::Split {
+            parts,
+            remaining,
+            epoch,
+            made,
+        } = self.call(key, &split).await?
         {
-            let split = Call {
-                quota,
-                counter: Counter::Whole,
-                mode: Mode::Split {
-                    parts: ask.parts,
-                    hold: ask.hold,
-                    // A part's check sent before the split ends may still run until its
-                    // deadline: the key itself waits that long more.
-                    margin: self.timeout,
-                },
-                cost,
-                now: None,
-                marker: self.split_slack(),
-                keep_for: Duration::ZERO,
-            };
-            let sent = self.now();
-            if let Reply::Split {
-                parts,
-                remaining,
-                epoch,
-                made,
-            } = self.call(key, &split).await?
-            {
-                hot.learn(key, *quota, (parts, epoch), remaining, sent);
-                // Only the gateway that made the split seeds it: another's seed of a split it
-                // only renewed (nothing left) could land first, and a part takes one seed.
-                if let Some(left) = made {
-                    self.seed(key, quota, (parts, epoch), left, remaining).await;
-                }
+            hot.learn(key, *quota, (parts, epoch), remaining, sent);
+            // Only the gateway that made the split seeds it: another's seed of a split it
+            // only renewed (nothing left) could land first, and a part takes one seed.
+            if let Some(left) = made {
+                self.seed(key, quota, (parts, epoch), left, remaining).await;
             }
         }
+        Ok(())
+    }
+
+    /// Asks the counter `key` routes to (its own, or a part of a split known here); where
+    /// Redis answers that another gateway split the key, learns of the split and asks one of
+    /// its parts. The call made, the reply, and the counter that replied.
+    async fn ask<'q>(
+        &self,
+        key: &Key,
+        quota: &'q Quota,
+        cost: u32,
+        mode: Mode,
+    ) -> Result<(Call<'q>, Reply, Counter), StoreError> {
+        let hot = &self.local.hot;
         let route = hot.route(key, quota, self.now());
         let call = Call {
             quota,
@@ -355,44 +381,54 @@ impl RedisStore {
             mode,
             cost,
             now: None,
-            marker: (adapts && route.counter == Counter::Whole)
+            marker: (hot.config().adapts(quota) && route.counter == Counter::Whole)
                 .then(|| self.split_slack())
                 .flatten(),
             keep_for: route.keep_for,
         };
         let sent = self.now();
-        let (mut reply, mut counter) = match self.call(key, &call).await? {
-            Reply::Split {
-                parts,
-                remaining,
-                epoch,
-                ..
-            } => {
-                // Split by another gateway: learn of it, and ask one of its parts.
-                hot.learn(key, *quota, (parts, epoch), remaining, sent);
-                let route = hot.route(key, quota, self.now());
-                let counter = match route.counter {
-                    // Not recorded (too many splits tracked): a part all the same.
-                    Counter::Whole => Counter::Part {
-                        index: fastrand::u32(0..parts),
-                        parts,
-                        epoch: Some(epoch),
-                    },
-                    part => part,
-                };
-                let elapsed = between(sent, self.now());
-                let part = Call {
-                    counter,
-                    marker: None,
-                    keep_for: remaining.saturating_sub(elapsed),
-                    ..call
-                };
-                (self.call(key, &part).await?, counter)
-            }
-            reply => (reply, route.counter),
+        let reply = self.call(key, &call).await?;
+        let Reply::Split {
+            parts,
+            remaining,
+            epoch,
+            ..
+        } = reply
+        else {
+            return Ok((call, reply, route.counter));
         };
-        // A part of an adaptive split denied: it is spent for a while; another part may not
-        // be, so it is asked at once (one more round trip, at most).
+        // Split by another gateway: learn of it, and ask one of its parts.
+        hot.learn(key, *quota, (parts, epoch), remaining, sent);
+        let counter = match hot.route(key, quota, self.now()).counter {
+            // Not recorded (too many splits tracked): a part all the same.
+            Counter::Whole => Counter::Part {
+                index: fastrand::u32(0..parts),
+                parts,
+                epoch: Some(epoch),
+            },
+            part => part,
+        };
+        let elapsed = between(sent, self.now());
+        let part = Call {
+            counter,
+            marker: None,
+            keep_for: remaining.saturating_sub(elapsed),
+            ..call
+        };
+        Ok((call, self.call(key, &part).await?, counter))
+    }
+
+    /// A part of an adaptive split denied: it is spent for a while; another part may not be,
+    /// so it is asked at once (one more round trip, at most). The reply to use and its
+    /// counter, or (`Err`) the denial of the whole key until a part may have room.
+    async fn ask_another_part(
+        &self,
+        key: &Key,
+        call: &Call<'_>,
+        mut reply: Reply,
+        mut counter: Counter,
+    ) -> Result<Result<(Reply, Counter), Decision>, StoreError> {
+        let (hot, quota) = (&self.local.hot, call.quota);
         let mut retried = false;
         while let (
             Reply::Decided {
@@ -415,7 +451,7 @@ impl RedisStore {
                 let retry = between(now, room_at).max(Duration::from_micros(1));
                 let limit = u64::from(quota.burst());
                 let denied = Info::new(limit, 0, info.reset_after(), retry);
-                return Ok((Decision::Denied(denied), 0));
+                return Ok(Err(Decision::Denied(denied)));
             };
             retried = true;
             counter = route.counter;
@@ -423,10 +459,22 @@ impl RedisStore {
                 counter,
                 marker: None,
                 keep_for: route.keep_for,
-                ..call
+                ..*call
             };
             reply = self.call(key, &part).await?;
         }
+        Ok(Ok((reply, counter)))
+    }
+
+    /// `reply`, from `counter`, as the whole key's decision and the units it granted.
+    fn as_decided(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        reply: Reply,
+        counter: Counter,
+    ) -> Result<(Decision, u32), StoreError> {
         match reply {
             // Too heavy for a part of an adaptive split, not for the whole quota: denied
             // until the key is whole again (its split over, and the margin after it), never
@@ -438,7 +486,7 @@ impl RedisStore {
                 && cost <= quota.burst() =>
             {
                 let now = self.now();
-                let whole_at = (hot.known_until(key, quota, now))
+                let whole_at = (self.local.hot.known_until(key, quota, now))
                     .unwrap_or(now)
                     .saturating_add(self.timeout);
                 let retry = between(now, whole_at).max(Duration::from_micros(1));
