@@ -506,8 +506,8 @@ mod store_level {
     }
 }
 
-/// MAX_BATCH (128) checks of 2 keys each (a split marker), over 128 distinct names and over
-/// one: replies and states equal the lone calls'.
+/// A full batch (128 checks of one unit of work each) of 2 keys each (a split marker), over
+/// 128 distinct names and over one: replies and states equal the lone calls'.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_batch_of_checks_with_split_markers_decides_as_the_same_checks_alone() {
     let server = RedisServer::start();

@@ -13,6 +13,7 @@ mod scale;
 mod server;
 mod slots;
 mod tls;
+mod work;
 
 use ratewarden_core::{Key, Quota, Store};
 use ratewarden_redis::{RedisConfig, RedisStore};
