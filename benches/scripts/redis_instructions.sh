@@ -7,7 +7,7 @@
 # none; the difference over the checks is the cost of one. The calls go one at a time, each
 # after the last one's reply, from a small client (below) that can send a batch's binary
 # argument, which redis-benchmark's command line cannot.
-# The scripts are assembled from crates/ratewarden-redis/src/lua as src/script.rs does.
+# The scripts are assembled from crates/ratewarden-redis/src/lua as src/script/mod.rs does.
 # Usage: [ROWS=REGEX] benches/scripts/redis_instructions.sh   (from the workspace root; needs
 # valgrind; ROWS keeps the rows whose title matches, e.g. ROWS='batch, one key.*FCALL')
 set -euo pipefail

@@ -1,5 +1,5 @@
 -- One check: the functions of an algorithm's check, which the algorithm's file completes, in a
--- block of their own with `KEYS` and `ARGV` as its locals (see src/script.rs); `main` decides
+-- block of their own with `KEYS` and `ARGV` as its locals (see src/script/mod.rs); `main` decides
 -- the check they hold. Mirrors ratewarden-core's algorithms line for line, in
 -- integer microseconds; every number stays below 2^53, where Lua's doubles are exact.
 --
