@@ -31,8 +31,10 @@ use ratewarden_core::{StoreError, StoreErrorKind};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use ratewarden_core::Key;
+
 use crate::connection::Connection;
-use crate::script::{Entry, Numbers};
+use crate::script::{Call, Entry, Numbers};
 
 /// The most work one call does, in units of [`Entry::work`]: a script runs alone on its node,
 /// so a batch's run time is bounded, whatever its checks; more wait for the next call, and a
@@ -62,6 +64,55 @@ type Queues = HashMap<u64, Queue, foldhash::fast::RandomState>;
 #[derive(Debug, Default)]
 pub(crate) struct Batches {
     queues: Mutex<Queues>,
+}
+
+/// A connection and the queues of checks waiting for it: clones share both.
+#[derive(Clone)]
+pub(crate) struct Batcher {
+    connection: Connection,
+    batches: Arc<Batches>,
+    /// Every check shares one queue, whatever its key (tests only: as if every key's queue
+    /// number were the same).
+    one_queue: bool,
+}
+
+impl Batcher {
+    pub(crate) fn new(connection: Connection) -> Self {
+        Self {
+            connection,
+            batches: Arc::default(),
+            one_queue: false,
+        }
+    }
+
+    /// The connection the batches go over.
+    pub(crate) const fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    /// This batcher, with one queue for every check.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn with_one_queue(mut self) -> Self {
+        self.one_queue = true;
+        self
+    }
+
+    /// Runs `call` for `key`, with the other checks waiting in its queue: on one connection
+    /// every check shares a queue, on a pool or a cluster each state has its own.
+    pub(crate) async fn eval(
+        &self,
+        prefix: &str,
+        key: &Key,
+        call: &Call<'_>,
+    ) -> Result<Numbers, StoreError> {
+        let entry = call.entry(prefix, key);
+        let queue = if self.one_queue || !self.connection.one_state_per_batch() {
+            0
+        } else {
+            entry.queue()
+        };
+        run(self, queue, entry).await
+    }
 }
 
 #[derive(Debug, Default)]
@@ -169,11 +220,11 @@ struct Waiting {
 /// Runs `entry` on `connection`: at once when fewer than [`MAX_IN_FLIGHT`] calls of its
 /// `queue` are in flight, else with the next batch; answered within the connection's deadline
 /// from now, with a [`StoreErrorKind::Timeout`] past it.
-pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Reply {
+async fn run(batcher: &Batcher, queue: u64, entry: Entry) -> Reply {
     let now = Instant::now();
-    let deadline = deadline_after(now, connection.timeout());
+    let deadline = deadline_after(now, batcher.connection.timeout());
     let go = {
-        let mut queues = lock(connection.batches());
+        let mut queues = lock(&batcher.batches);
         let q = queues.entry(queue).or_default();
         match q.free_place(now) {
             Some(place) if q.waiting.is_empty() => {
@@ -191,7 +242,7 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
                 let batch = place.and_then(|place| {
                     Some((
                         place,
-                        q.take_batch(place, deadline, connection.one_state_per_batch())?,
+                        q.take_batch(place, deadline, batcher.connection.one_state_per_batch())?,
                     ))
                 });
                 Err((receive, batch, q.next_look(now, deadline)))
@@ -203,14 +254,15 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
             // Whether this call returns or is dropped, the checks that queued behind it go
             // next (if its place is still its own).
             let mut next = Next {
-                connection,
+                batcher,
                 queue,
                 place,
                 deadline,
                 unanswered: Some(&entry),
             };
             let entries = [&entry];
-            let replies = tokio::time::timeout_at(deadline, connection.eval_batch(&entries)).await;
+            let replies =
+                tokio::time::timeout_at(deadline, batcher.connection.eval_batch(&entries)).await;
             next.unanswered = None;
             drop(next);
             replies
@@ -221,7 +273,7 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
         }
         Err((mut receive, batch, mut look)) => {
             if let Some((place, batch)) = batch {
-                send(connection, queue, place, deadline, batch);
+                send(batcher, queue, place, deadline, batch);
             }
             loop {
                 match tokio::time::timeout_at(look, &mut receive).await {
@@ -229,7 +281,7 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
                     Err(elapsed) if look >= deadline => return Err(timed_out(elapsed)),
                     // A call in flight is past its deadline: if checks still wait for its
                     // place, they go in it now.
-                    Err(_) => look = take_expired_place(connection, queue, deadline),
+                    Err(_) => look = take_expired_place(batcher, queue, deadline),
                 }
             }
         }
@@ -238,11 +290,11 @@ pub(crate) async fn run(connection: &Connection, queue: u64, entry: Entry) -> Re
 
 /// Sends the checks waiting in `queue` in a place whose call is past its deadline, if there
 /// is one; when to look again, before `until`.
-fn take_expired_place(connection: &Connection, queue: u64, until: Instant) -> Instant {
+fn take_expired_place(batcher: &Batcher, queue: u64, until: Instant) -> Instant {
     let now = Instant::now();
-    let batch_deadline = deadline_after(now, connection.timeout());
+    let batch_deadline = deadline_after(now, batcher.connection.timeout());
     let (batch, look) = {
-        let mut queues = lock(connection.batches());
+        let mut queues = lock(&batcher.batches);
         let Some(q) = queues.get_mut(&queue) else {
             return until;
         };
@@ -252,13 +304,17 @@ fn take_expired_place(connection: &Connection, queue: u64, until: Instant) -> In
             .and_then(|place| {
                 Some((
                     place,
-                    q.take_batch(place, batch_deadline, connection.one_state_per_batch())?,
+                    q.take_batch(
+                        place,
+                        batch_deadline,
+                        batcher.connection.one_state_per_batch(),
+                    )?,
                 ))
             });
         (batch, q.next_look(now, until))
     };
     if let Some((place, batch)) = batch {
-        send(connection, queue, place, batch_deadline, batch);
+        send(batcher, queue, place, batch_deadline, batch);
     }
     look
 }
@@ -276,7 +332,7 @@ fn timed_out(elapsed: tokio::time::error::Elapsed) -> StoreError {
 
 /// On drop (a call ended), sends what waits in the queue (from a task of its own).
 struct Next<'a> {
-    connection: &'a Connection,
+    batcher: &'a Batcher,
     queue: u64,
     place: usize,
     /// The call's deadline: the place is still the call's while it holds it.
@@ -293,7 +349,7 @@ impl Drop for Next<'_> {
     /// where each one whose caller then gave up would still be charged.
     fn drop(&mut self) {
         let hand_on = HandOn {
-            connection: self.connection.clone(),
+            batcher: self.batcher.clone(),
             queue: self.queue,
             place: self.place,
             deadline: self.deadline,
@@ -305,7 +361,7 @@ impl Drop for Next<'_> {
         let probe = entry.probe();
         // Dropped unrun (its runtime shutting down), the probe hands the place on at once.
         drop(runtime.spawn(async move {
-            let answered = hand_on.connection.query::<u8>(&probe);
+            let answered = hand_on.batcher.connection.query::<u8>(&probe);
             let _ = tokio::time::timeout_at(hand_on.deadline, answered).await;
             drop(hand_on);
         }));
@@ -314,7 +370,7 @@ impl Drop for Next<'_> {
 
 /// On drop, hands the place of a call that ended on to the checks queued behind it.
 struct HandOn {
-    connection: Connection,
+    batcher: Batcher,
     queue: u64,
     place: usize,
     deadline: Instant,
@@ -322,43 +378,47 @@ struct HandOn {
 
 impl Drop for HandOn {
     fn drop(&mut self) {
-        next(&self.connection, self.queue, self.place, self.deadline);
+        next(&self.batcher, self.queue, self.place, self.deadline);
     }
 }
 
 /// The call in `place` of `queue`, due by `deadline`, ended: unless the place was taken from
 /// it (past its deadline), the queue's next batch goes in it, from a task; the queue is
 /// forgotten when nothing waits and nothing is in flight.
-fn next(connection: &Connection, queue: u64, place: usize, deadline: Instant) {
+fn next(batcher: &Batcher, queue: u64, place: usize, deadline: Instant) {
     let batch = {
-        let mut queues = lock(connection.batches());
+        let mut queues = lock(&batcher.batches);
         let Some(q) = queues.get_mut(&queue) else {
             return;
         };
         if q.places[place] != Some(deadline) {
             return;
         }
-        let next_deadline = deadline_after(Instant::now(), connection.timeout());
-        let batch = q.take_batch(place, next_deadline, connection.one_state_per_batch());
+        let next_deadline = deadline_after(Instant::now(), batcher.connection.timeout());
+        let batch = q.take_batch(
+            place,
+            next_deadline,
+            batcher.connection.one_state_per_batch(),
+        );
         if batch.is_none() && q.places.iter().all(Option::is_none) {
             queues.remove(&queue);
         }
         batch.map(|batch| (batch, next_deadline))
     };
     if let Some((batch, next_deadline)) = batch {
-        send(connection, queue, place, next_deadline, batch);
+        send(batcher, queue, place, next_deadline, batch);
     }
 }
 
 /// Sends `batch`, in `place` of `queue` until `deadline`, from a task of its own on the
 /// runtime of its first check.
-fn send(connection: &Connection, queue: u64, place: usize, deadline: Instant, batch: Vec<Waiting>) {
+fn send(batcher: &Batcher, queue: u64, place: usize, deadline: Instant, batch: Vec<Waiting>) {
     let runtime = match batch.first().and_then(|first| first.runtime.clone()) {
         Some(runtime) => Ok(runtime),
         None => tokio::runtime::Handle::try_current(),
     };
     let sending = Sending {
-        connection: connection.clone(),
+        batcher: batcher.clone(),
         queue,
         place,
         deadline,
@@ -376,7 +436,7 @@ fn send(connection: &Connection, queue: u64, place: usize, deadline: Instant, ba
 /// A batch on its way: whatever becomes of it, its checks are answered (a check whose batch
 /// was never sent gets an error) and the queue goes on.
 struct Sending {
-    connection: Connection,
+    batcher: Batcher,
     queue: u64,
     place: usize,
     deadline: Instant,
@@ -386,7 +446,8 @@ struct Sending {
 impl Sending {
     async fn send(mut self) {
         let entries: Vec<&Entry> = self.batch.iter().map(|w| &w.entry).collect();
-        let call = tokio::time::timeout_at(self.deadline, self.connection.eval_batch(&entries));
+        let call =
+            tokio::time::timeout_at(self.deadline, self.batcher.connection.eval_batch(&entries));
         let result = call.await;
         drop(entries);
         // Dropped before here (its runtime shutting down), the batch is answered on drop.
@@ -410,7 +471,7 @@ impl Drop for Sending {
             std::mem::take(&mut self.batch),
             &StoreError::with_source(StoreErrorKind::Connection, "the batch was never sent"),
         );
-        next(&self.connection, self.queue, self.place, self.deadline);
+        next(&self.batcher, self.queue, self.place, self.deadline);
     }
 }
 
@@ -440,7 +501,7 @@ fn missing_reply() -> StoreError {
     )
 }
 
-fn lock(batches: &Arc<Batches>) -> std::sync::MutexGuard<'_, Queues> {
+fn lock(batches: &Batches) -> std::sync::MutexGuard<'_, Queues> {
     batches
         .queues
         .lock()

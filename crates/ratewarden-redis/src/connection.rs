@@ -7,26 +7,21 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use futures_util::future::{BoxFuture, Shared};
-use ratewarden_core::{Key, StoreError, StoreErrorKind};
+use ratewarden_core::{StoreError, StoreErrorKind};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
-use crate::batch::Batches;
 use crate::error::classify;
-use crate::script::{Call, Entry, Invoke, LIBRARY, Numbers, Replies, batch_command};
+use crate::script::{Entry, Invoke, LIBRARY, Replies, batch_command};
 
-/// Where commands go, and the checks waiting to go together (see [`crate::batch`]).
+/// Where commands go.
 #[derive(Clone)]
 pub(crate) struct Connection {
     link: Link,
-    batches: Arc<Batches>,
     functions: Arc<Functions>,
     /// The deadline of a call: a batch sent for checks that queued gives up then too.
     timeout: Duration,
-    /// Every check shares one queue, whatever its key (tests only: as if every key's queue
-    /// number were the same).
-    one_queue: bool,
 }
 
 /// Whether checks go by the library of Redis functions, and whether it is being loaded.
@@ -53,22 +48,13 @@ impl Connection {
     pub(crate) fn new(link: Link, timeout: Duration, functions: bool) -> Self {
         Self {
             link,
-            batches: Arc::default(),
             functions: Arc::new(Functions {
                 unavailable: AtomicBool::new(!functions),
                 loading: AtomicBool::new(false),
                 no_scripts: AtomicBool::new(false),
             }),
             timeout,
-            one_queue: false,
         }
-    }
-
-    /// This connection, with one queue for every check (see [`crate::batch`]).
-    #[cfg(feature = "test-util")]
-    pub(crate) fn with_one_queue(mut self) -> Self {
-        self.one_queue = true;
-        self
     }
 
     /// Whether a batch must hold checks of one state only: on a pool or a cluster, where a
@@ -79,26 +65,6 @@ impl Connection {
 
     pub(crate) const fn timeout(&self) -> Duration {
         self.timeout
-    }
-
-    pub(crate) const fn batches(&self) -> &Arc<Batches> {
-        &self.batches
-    }
-
-    /// Runs `call` for `key`, with the other checks waiting in its queue (see [`crate::batch`]).
-    pub(crate) async fn eval(
-        &self,
-        prefix: &str,
-        key: &Key,
-        call: &Call<'_>,
-    ) -> Result<Numbers, StoreError> {
-        let entry = call.entry(prefix, key);
-        let queue = match self.link {
-            _ if self.one_queue => 0,
-            Link::Single(_) => 0,
-            Link::Cluster(_) | Link::Pool(_) => entry.queue(),
-        };
-        crate::batch::run(self, queue, entry).await
     }
 
     /// Runs `entries` in one call, decided in their order: one entry by its algorithm's own

@@ -8,6 +8,7 @@ use ratewarden_core::{
     Clock, Decision, Info, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
 };
 
+use crate::batch::Batcher;
 use crate::connection::Connection;
 use crate::deny_cache::DenyCache;
 use crate::hot_keys::HotKeyState;
@@ -19,7 +20,7 @@ use crate::time::between;
 /// multiplexed connection (per cluster node), or one pool, and one local front.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: Connection,
+    batcher: Batcher,
     prefix: Arc<str>,
     timeout: Duration,
     skew_warning: Duration,
@@ -52,7 +53,7 @@ impl RedisStore {
         local: Local,
     ) -> Self {
         Self {
-            connection,
+            batcher: Batcher::new(connection),
             prefix,
             timeout,
             skew_warning,
@@ -114,7 +115,7 @@ impl RedisStore {
         };
         let before = local();
         let (secs, micros): (i64, i64) = self
-            .within(self.connection.query(&redis::cmd("TIME")))
+            .within(self.batcher.connection().query(&redis::cmd("TIME")))
             .await?;
         let after = local();
         let redis = secs.saturating_mul(1_000_000).saturating_add(micros);
@@ -220,7 +221,9 @@ impl RedisStore {
             })
             .collect();
         let entries: Vec<_> = entries.iter().collect();
-        let replies = self.within(self.connection.eval_batch(&entries)).await?;
+        let replies = self
+            .within(self.batcher.connection().eval_batch(&entries))
+            .await?;
         (replies.iter().zip(checks))
             .map(|(reply, (_, quota, ..))| {
                 match Reply::parse(&reply, figures(quota, Counter::Whole).1)? {
@@ -246,7 +249,7 @@ impl RedisStore {
     #[cfg(feature = "test-util")]
     #[must_use]
     pub fn with_one_queue(mut self) -> Self {
-        self.connection = self.connection.with_one_queue();
+        self.batcher = self.batcher.with_one_queue();
         self
     }
 
@@ -263,7 +266,7 @@ impl RedisStore {
 
     /// Runs a script within the deadline (see [`crate::batch::run`]), and reads its reply.
     async fn call(&self, key: &Key, call: &Call<'_>) -> Result<Reply, StoreError> {
-        let eval = self.connection.eval(&self.prefix, key, call);
+        let eval = self.batcher.eval(&self.prefix, key, call);
         let limit = figures(call.quota, call.counter).1;
         let reply = Reply::parse(&Box::pin(eval).await?, limit)?;
         if let Reply::Decided { corrupt: true, .. } = reply {
@@ -674,7 +677,8 @@ impl Store for RedisStore {
         }
         // One DEL per slot: in a cluster the parts live on different nodes.
         for del in &deletes {
-            self.within(self.connection.query::<()>(del)).await?;
+            self.within(self.batcher.connection().query::<()>(del))
+                .await?;
         }
         Ok(())
     }
