@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod behaviour;
+mod carry;
 mod client_ip;
 mod fuzz_corpus;
 mod grpc;

@@ -494,6 +494,14 @@ struct Permit<'a, S, C: Clock> {
 
 impl<S, C: Clock> Permit<'_, S, C> {
     fn finish(&mut self, error: Option<&StoreError>) {
+        // A probe answered with an error about its own request (a corrupt key, several limits
+        // a store cannot decide together) says nothing of the store's health: its place goes
+        // back, as a cancelled probe's does, and the next call probes.
+        if let (Some(error), Role::Probe(_)) = (error, self.role)
+            && !error.is_backend_failure()
+        {
+            return;
+        }
         self.done = true;
         let failed = error.is_some_and(StoreError::is_backend_failure);
         #[cfg(feature = "metrics")]

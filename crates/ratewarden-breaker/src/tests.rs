@@ -569,3 +569,33 @@ fn several_limits_go_to_the_store_as_one_call_and_unsupported_is_no_failure() {
     };
     assert!(one.unwrap().is_allowed());
 }
+
+#[test]
+fn a_probe_answered_with_an_error_about_its_own_request_neither_closes_nor_opens() {
+    // Reproduced: several limits (Unsupported, answered without I/O) as the half-open probe
+    // closed the breaker over a dead store.
+    let (breaker, clock) = breaker();
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::Timeout));
+    }
+    assert_eq!(breaker.state(), BreakerState::Open);
+    clock.advance(Duration::from_secs(2));
+    let quota = Quota::per_hour(10).unwrap();
+    let limits = [
+        ratewarden_core::Limit::new(Key::from(1_u64), quota, 1),
+        ratewarden_core::Limit::new(Key::from(2_u64), quota, 1),
+    ];
+    let Poll::Ready(answer) = now(breaker.check_all(&limits)) else {
+        panic!("the default check_all answers at once");
+    };
+    assert_eq!(answer.unwrap_err().kind(), StoreErrorKind::Unsupported);
+    assert_eq!(
+        breaker.state(),
+        BreakerState::HalfOpen,
+        "the probe's place is back"
+    );
+    // The next call probes the store, which is still down: open again.
+    assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::Timeout));
+    assert_eq!(breaker.state(), BreakerState::Open);
+}

@@ -80,63 +80,85 @@ enum Kind {
 /// What a fallback and its store tell each other, so that a gateway switching between them
 /// (a store that fails and recovers repeatedly) never spends both counts: once the fallback
 /// has decided for the first time, what the store admits is charged to the fallback too, and
-/// what the fallback admits is owed to the store, charged with the key's next check there.
+/// what the fallback admits is owed to the store, under the quota it was admitted under, and
+/// charged with the key's next check there under that quota.
 #[derive(Default)]
 struct Carry {
     /// Whether the fallback has ever decided: before, nothing is carried (no cost to a layer
     /// whose store never failed).
     engaged: AtomicBool,
-    owed: Mutex<HashMap<Key, u32>>,
+    owed: Mutex<HashMap<(Key, Quota), u32>>,
     /// How many keys owe: the map is locked only when some do.
     owing: AtomicUsize,
 }
 
-/// The most keys that may owe units to the store at once: past it, a key's owed units are
-/// forgotten (the store may then admit them again).
+/// The most key and quota pairs that may owe units to the store at once: past it, a pair's
+/// owed units are forgotten (the store may then admit them again).
 const MAX_OWING_KEYS: usize = 100_000;
 
 impl Carry {
-    fn owed(&self) -> std::sync::MutexGuard<'_, HashMap<Key, u32>> {
+    fn owed(&self) -> std::sync::MutexGuard<'_, HashMap<(Key, Quota), u32>> {
         self.owed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes what `key` owes, at most `room` units.
-    fn take(&self, key: &Key, room: u32) -> u32 {
+    /// Takes what `key` owes under `quota`, at most `room` units (the rest stays owed).
+    fn take(&self, key: &Key, quota: &Quota, room: u32) -> u32 {
         if self.owing.load(Ordering::Relaxed) == 0 || room == 0 {
             return 0;
         }
         let mut owed = self.owed();
-        let Some(units) = owed.remove(key) else {
+        let pair = (key.clone(), *quota);
+        let Some(units) = owed.get_mut(&pair) else {
             return 0;
         };
+        let taken = (*units).min(room);
+        *units -= taken;
+        if *units == 0 {
+            owed.remove(&pair);
+        }
         self.owing.store(owed.len(), Ordering::Relaxed);
-        units.min(room)
+        taken
     }
 
-    /// Adds `units` to what `key` owes, up to `cap`.
-    fn owe(&self, key: &Key, units: u32, cap: u32) {
+    /// Adds `units` to what `key` owes under `quota`, up to its burst.
+    fn owe(&self, key: &Key, quota: &Quota, units: u32) {
         if units == 0 {
             return;
         }
         let mut owed = self.owed();
-        if owed.len() >= MAX_OWING_KEYS && !owed.contains_key(key) {
+        let pair = (key.clone(), *quota);
+        if owed.len() >= MAX_OWING_KEYS && !owed.contains_key(&pair) {
             return;
         }
-        let owing = owed.entry(key.clone()).or_default();
-        *owing = owing.saturating_add(units).min(cap);
+        let owing = owed.entry(pair).or_default();
+        *owing = owing.saturating_add(units).min(quota.burst());
         self.owing.store(owed.len(), Ordering::Relaxed);
     }
 }
 
 /// Units a fallback admitted that a check of the store carries (see
-/// [`FailureMode::carried`]).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Owed(u32);
+/// [`FailureMode::carried`]): owed again when dropped, unless the store admitted the check
+/// that carried them ([`FailureMode::decided`]), so that a request dropped before its answer
+/// (a client gone, a timeout around the layer) never lets them escape.
+#[derive(Default)]
+pub(crate) struct Owed {
+    units: u32,
+    /// Where the units go back, and for which key and quota.
+    back: Option<(Arc<Carry>, Key, Quota)>,
+}
 
 impl Owed {
     /// The units carried.
-    pub(crate) const fn units(self) -> u32 {
-        self.0
+    pub(crate) const fn units(&self) -> u32 {
+        self.units
+    }
+}
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        if let Some((carry, key, quota)) = self.back.take() {
+            carry.owe(&key, &quota, self.units);
+        }
     }
 }
 
@@ -273,7 +295,7 @@ impl FailureMode {
                 carry.engaged.store(true, Ordering::Relaxed);
                 let decision = store.check_sync(key, &share, cost);
                 if decision.is_allowed() {
-                    carry.owe(key, cost, quota.burst());
+                    carry.owe(key, quota, cost);
                 }
                 Failed::Decided(decision, share)
             }
@@ -281,25 +303,30 @@ impl FailureMode {
     }
 
     /// What a check of `key` of `cost` under `quota` carries to the store: the units a
-    /// fallback admitted for the key while the store failed (at most the burst less the
-    /// cost), charged with the check. Give it back to [`decided`](Self::decided).
+    /// fallback admitted for the key under that quota while the store failed (at most the
+    /// burst less the cost), charged with the check. Give it back to
+    /// [`decided`](Self::decided); dropped, the units are owed again.
     pub(crate) fn carried(&self, key: &Key, quota: &Quota, cost: u32) -> Owed {
         match &self.kind {
             Kind::Fallback { carry, .. } => {
-                Owed(carry.take(key, quota.burst().saturating_sub(cost)))
+                let units = carry.take(key, quota, quota.burst().saturating_sub(cost));
+                Owed {
+                    units,
+                    back: (units > 0).then(|| (Arc::clone(carry), key.clone(), *quota)),
+                }
             }
-            Kind::Open | Kind::Closed { .. } => Owed(0),
+            Kind::Open | Kind::Closed { .. } => Owed::default(),
         }
     }
 
     /// The store answered a check of `key` of `cost` that carried `owed` with `decision`
-    /// (`None`: it failed): charged, the owed units are paid, and once the fallback has
+    /// (`None`: it failed): admitted, the owed units are paid, and once the fallback has
     /// decided, the fallback counts what the store admitted; else they are owed still.
     pub(crate) fn decided(
         &self,
         key: &Key,
         quota: &Quota,
-        (cost, owed): (u32, Owed),
+        (cost, mut owed): (u32, Owed),
         decision: Option<&Decision>,
     ) {
         let Kind::Fallback {
@@ -310,15 +337,13 @@ impl FailureMode {
         else {
             return;
         };
-        match decision {
-            Some(decision) if decision.is_allowed() => {
-                if carry.engaged.load(Ordering::Relaxed)
-                    && let Some(store) = store.get()
-                {
-                    let _ = store.check_sync(key, &quota.share(*instances), cost);
-                }
+        if decision.is_some_and(Decision::is_allowed) {
+            owed.back = None;
+            if carry.engaged.load(Ordering::Relaxed)
+                && let Some(store) = store.get()
+            {
+                let _ = store.check_sync(key, &quota.share(*instances), cost);
             }
-            _ => carry.owe(key, owed.units(), quota.burst()),
         }
     }
 }
