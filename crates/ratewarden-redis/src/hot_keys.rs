@@ -195,6 +195,12 @@ struct Known {
     /// When Redis made the split (Redis's clock): its parts' names carry it.
     epoch: Timestamp,
     until: Timestamp,
+    /// When this gateway first learnt of the split (its clock).
+    learnt: Timestamp,
+    /// How long a written part lives at least: the hold every gateway renews splits for, so
+    /// that a part written by a gateway that knows an older end of the split (one that does
+    /// not renew it) outlives that end while others renew.
+    hold: Duration,
     spent_until: Box<[Timestamp]>,
 }
 
@@ -275,6 +281,19 @@ impl HotKeyState {
         self.splits
             .update(key, quota, |known| (known.until > now).then(|| f(known)))
             .flatten()
+    }
+
+    /// Whether this gateway learnt of the split of `key` under `quota` at least `ago` before
+    /// `now` (its parts' seeds have had their time).
+    pub(crate) fn learnt_before(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        now: Timestamp,
+        ago: Duration,
+    ) -> bool {
+        self.with_known(key, quota, now, |known| between(known.learnt, now) >= ago)
+            .unwrap_or(false)
     }
 
     /// Until when the split of `key` under `quota` this gateway knows of stands.
@@ -370,6 +389,8 @@ impl HotKeyState {
             parts,
             epoch,
             until,
+            learnt: sent,
+            hold: self.config.hold_time().unwrap_or_default(),
             spent_until: vec![Timestamp::default(); parts as usize].into_boxed_slice(),
         };
         // New only if remembered: a full map (MAX_SPLIT_KEYS live splits) declines it, and
@@ -418,7 +439,7 @@ impl Known {
                 parts: self.parts,
                 epoch: Some(self.epoch),
             },
-            keep_for: between(now, self.until),
+            keep_for: between(now, self.until).max(self.hold),
         }
     }
 

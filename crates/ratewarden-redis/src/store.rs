@@ -432,7 +432,7 @@ impl RedisStore {
         mut counter: Counter,
     ) -> Result<Result<(Reply, Counter), Decision>, StoreError> {
         let (hot, quota) = (&self.local.hot, call.quota);
-        let mut retried = false;
+        let (mut retried, mut reseeded) = (false, false);
         while let (
             Reply::Decided {
                 decision: Decision::Denied(info),
@@ -446,6 +446,27 @@ impl RedisStore {
         ) = (reply, counter)
         {
             let now = self.now();
+            // A part its seed never reached (the splitting gateway's seed failed, or its
+            // reply came too late to seed): once the seed has had its time, started with
+            // nothing left, refilling from the split's start, and asked again.
+            if info.retry_after().is_zero()
+                && !reseeded
+                && hot.learnt_before(key, quota, now, self.timeout.saturating_mul(2))
+            {
+                reseeded = true;
+                self.seed_part(key, call, counter).await?;
+                reply = self
+                    .call(
+                        key,
+                        &Call {
+                            counter,
+                            marker: None,
+                            ..*call
+                        },
+                    )
+                    .await?;
+                continue;
+            }
             let room_at = now.saturating_add(info.retry_after());
             let other = hot.spent(key, quota, (index, room_at), now);
             let Some(route) = other.filter(|_| !retried) else {
@@ -506,12 +527,41 @@ impl RedisStore {
 }
 
 impl RedisStore {
+    /// Starts `counter`, a part of an adaptive split, with nothing left at the split's epoch,
+    /// if it has no state yet.
+    async fn seed_part(
+        &self,
+        key: &Key,
+        call: &Call<'_>,
+        counter: Counter,
+    ) -> Result<(), StoreError> {
+        let Counter::Part {
+            epoch: Some(epoch), ..
+        } = counter
+        else {
+            return Ok(());
+        };
+        let seed = Call {
+            counter,
+            mode: Mode::Seed {
+                units: 0,
+                at: epoch,
+            },
+            cost: 0,
+            marker: None,
+            ..*call
+        };
+        self.call(key, &seed).await.map(drop)
+    }
+
     /// Starts the parts of a split this gateway just made, each with its share of the
     /// `left` units the key had (the first `left % parts` one more), kept for the split's `remaining` time: so that
     /// they refill from the split's start, and hand out no more than the key had left. A
-    /// part checked before its seed lands is spent and left unwritten, so the seed still
-    /// lands; a part whose seed fails stays spent until the split ends (under-admission,
-    /// never over).
+    /// part checked before its seed lands is denied (with no retry time) and left unwritten,
+    /// so the seed still lands; a part whose seed never comes (the call failed, or this
+    /// gateway's reply came too late to seed) is started with nothing left, refilling from the
+    /// split's start, by the first gateway that finds it unseeded twice the deadline after it
+    /// learnt of the split (under-admission, never over).
     async fn seed(
         &self,
         key: &Key,
