@@ -10,6 +10,18 @@ use ratewarden_core::{Key, Quota, Store};
 use ratewarden_redis::{HotKeys, RedisConfig, RedisStore};
 use tests::redis_server::{RedisCluster, RedisServer, script_calls};
 
+/// As [`warm_up`], for a store whose deadline a first call (loading the library) may miss.
+async fn warm_up_retrying(store: &RedisStore) {
+    let quota = Quota::per_second(1).unwrap();
+    for _ in 0..50 {
+        if store.check(&Key::from("warm-up"), &quota, 0).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the store never answered within its deadline");
+}
+
 /// Loads the scripts (a first call costs `EVALSHA`, then `EVAL`), so that counts start clean.
 async fn warm_up(store: &RedisStore) {
     store
@@ -1190,4 +1202,92 @@ async fn parts_written_by_a_gateway_that_does_not_renew_the_split_live_as_long_a
     let denied = (hot.await.unwrap(), cool.await.unwrap());
     eprintln!("part keys each second {parts:?}; denied (hot, cool) {denied:?}");
     assert_eq!(denied, (0, 0), "parts {parts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_dropped_while_asking_for_a_lease_lose_at_most_a_batch_a_period() {
+    // Reproduced: each request given up after its lease-asking check was sent (a client gone)
+    // let the next ask again once its deadline passed, and Redis deducted a batch for each:
+    // 20 abandoned requests on a tenant's key deducted 170-180 units.
+    let server = RedisServer::start();
+    let proxy =
+        tests::proxy::Proxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], server.port())))
+            .await;
+    proxy.set(tests::proxy::Fault::Delay(Duration::from_millis(3)));
+    let store = config(proxy.url(), "lease-abandoned")
+        .timeout(Duration::from_millis(50))
+        .lease(NonZeroU32::new(10).unwrap(), Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let quota = Quota::per_hour(1_000).unwrap();
+    let key = Key::from("tenant");
+    warm_up_retrying(&store).await;
+    let mut sent = 0;
+    for _ in 0..20 {
+        let (store, key) = (store.clone(), key.clone());
+        let mut check = Box::pin(async move { store.check(&key, &quota, 1).await });
+        sent += u64::from(crate::pending_after_one_poll(&mut check).await);
+        drop(check);
+        // Past the check's deadline.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let deducted = deducted(server.url(), "lease-abandoned", &key, &quota).await;
+    eprintln!("20 abandoned requests ({sent} sent): {deducted} units deducted");
+    // One batch for the first, the cost of each other sent.
+    assert!(deducted <= 10 + sent, "{deducted} deducted for {sent} sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_reply_read_after_its_deadline_never_overwrites_another_lease() {
+    // Reproduced: a lease-asking check held past its deadline and read late overwrote the
+    // lease another check had been granted meanwhile: 150 admitted, 200 deducted.
+    let server = RedisServer::start();
+    let proxy =
+        tests::proxy::Proxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], server.port())))
+            .await;
+    proxy.set(tests::proxy::Fault::Delay(Duration::from_millis(3)));
+    let store = config(proxy.url(), "lease-late-read")
+        .timeout(Duration::from_millis(50))
+        .deny_cache(0)
+        .lease(NonZeroU32::new(10).unwrap(), Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let quota = Quota::per_hour(1_000).unwrap();
+    let key = Key::from("k");
+    warm_up_retrying(&store).await;
+    let mut admitted = 0;
+    for _ in 0..10 {
+        let (s, k) = (store.clone(), key.clone());
+        let mut held = Box::pin(async move { s.check(&k, &quota, 1).await });
+        if !crate::pending_after_one_poll(&mut held).await {
+            admitted += u64::from(held.await.unwrap().is_allowed());
+            continue;
+        }
+        // Redis answers within milliseconds; the caller reads it after the deadline, while
+        // other checks of the key come.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        for _ in 0..5 {
+            admitted += u64::from(store.check(&key, &quota, 1).await.unwrap().is_allowed());
+        }
+        admitted += u64::from(held.await.is_ok_and(|d| d.is_allowed()));
+        while store
+            .check_ready(&key, &quota, 1)
+            .is_some_and(|r| r.unwrap().is_allowed())
+        {
+            admitted += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    while store
+        .check_ready(&key, &quota, 1)
+        .is_some_and(|r| r.unwrap().is_allowed())
+    {
+        admitted += 1;
+    }
+    let deducted = deducted(server.url(), "lease-late-read", &key, &quota).await;
+    eprintln!("{admitted} admitted, {deducted} deducted");
+    assert!(
+        deducted <= admitted + 9,
+        "{admitted} admitted, {deducted} deducted"
+    );
 }

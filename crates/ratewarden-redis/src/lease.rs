@@ -42,10 +42,13 @@ struct Lease {
     tokens: u32,
     expires: Timestamp,
     limit: u64,
-    /// A check has asked Redis for a batch: until its answer (or `expires`, its deadline),
-    /// other checks of the key ask for their cost only, so that no two grants of one key
-    /// race to overwrite each other.
+    /// A check has asked Redis for a batch: until its answer (or `expires`), other checks of
+    /// the key ask for their cost only, so that no two grants of one key race to overwrite
+    /// each other.
     asked: bool,
+    /// The number of the last ask: a grant answers it, or (a reply read after another ask)
+    /// is not recorded.
+    ask: u64,
 }
 
 impl Expiring for Lease {
@@ -64,6 +67,8 @@ impl Expiring for Lease {
 pub(crate) struct Leases {
     leases: PerKey<Lease>,
     policy: LeasePolicy,
+    /// The number of the next ask.
+    asks: std::sync::atomic::AtomicU64,
 }
 
 impl Leases {
@@ -71,6 +76,7 @@ impl Leases {
         Self {
             leases: PerKey::new(max_keys),
             policy,
+            asks: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -99,57 +105,68 @@ impl Leases {
             .flatten()
     }
 
-    /// The batch a check of `cost` of `key` under `quota` at `now` asks Redis for (`None`:
-    /// just its cost), never more than the quota's burst (which Redis could never grant at
-    /// once). A check asks for a batch only where its grant has a place to go: the key holds
-    /// no lease with tokens left (a lease too small for this cost is kept for smaller
-    /// checks), no other check is asking for one, and the map has room for the key. It then
-    /// holds the key's place until [`granted`](Self::granted), or `deadline` (its call's).
+    /// The batch a check of `cost` of `key` under `quota` at `now` asks Redis for, and the
+    /// ask's number for [`granted`](Self::granted) (`None`: just its cost), never more than
+    /// the quota's burst (which Redis could never grant at once). A check asks for a batch
+    /// only where its grant has a place to go: the key holds no lease with tokens left (a
+    /// lease too small for this cost is kept for smaller checks), no other check is asking
+    /// for one, and the map has room for the key. It then holds the key's place until its
+    /// grant, or for a lease period (at least until its call's `deadline`): a check dropped
+    /// before its answer (Redis deducted its batch all the same) lets the key ask again only
+    /// a period later, so that such checks lose at most a batch per period.
     pub(crate) fn batch_for(
         &self,
         key: &Key,
         quota: &Quota,
         cost: u32,
         (now, deadline): (Timestamp, Timestamp),
-    ) -> Option<u32> {
+    ) -> Option<(u32, u64)> {
         let batch = self.policy.batch.get().min(quota.burst());
         if cost == 0 || cost >= batch {
             return None;
         }
+        let held = deadline.max(now.saturating_add(self.policy.period));
+        let ask = self.asks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let claim = |lease: &mut Lease| {
             let live = now < lease.expires;
             if live && (lease.asked || lease.tokens > 0) {
                 return None;
             }
-            (lease.tokens, lease.expires, lease.asked) = (0, deadline, true);
-            Some(batch)
+            (lease.tokens, lease.expires, lease.asked, lease.ask) = (0, held, true, ask);
+            Some((batch, ask))
         };
         let asked = || {
             let lease = Lease {
                 quota: *quota,
                 tokens: 0,
-                expires: deadline,
+                expires: held,
                 limit: 0,
                 asked: true,
+                ask,
             };
-            (lease, Some(batch))
+            (lease, Some((batch, ask)))
         };
         self.leases.upsert(key, quota, now, claim, asked).flatten()
     }
 
-    /// Redis answered the check of `key` that asked for a batch (`granted` units, of which
-    /// `cost` are spent at once, `granted` 0 for a denial or an error), as sent at `now`:
-    /// the rest is leased for the period from `now`, in the place the check held.
+    /// Redis answered ask number `ask` of `key` (`granted` units, of which `cost` are spent at
+    /// once; `granted` 0 for a denial or an error), as sent at `now`: the rest is leased for
+    /// the period from `now`, in the place the ask held. A reply to an older ask (read after
+    /// its place went to another) is not recorded: its tokens' period, counted from its own
+    /// call, is over or nearly.
     pub(crate) fn granted(
         &self,
         key: &Key,
         quota: &Quota,
         (granted, cost): (u32, u32),
-        limit: u64,
+        (limit, ask): (u64, u64),
         now: Timestamp,
     ) {
         let period = self.policy.period;
         self.leases.update(key, quota, |lease| {
+            if lease.ask != ask {
+                return;
+            }
             lease.asked = false;
             lease.tokens = granted.saturating_sub(cost);
             lease.expires = now.saturating_add(period);
@@ -183,18 +200,19 @@ mod tests {
             None,
             "no smaller"
         );
-        assert_eq!(leases.batch_for(&key, &quota, 1, until(0)), Some(10));
+        let (batch, ask) = leases.batch_for(&key, &quota, 1, until(0)).unwrap();
+        assert_eq!(batch, 10);
         // Asked for: other checks ask for their cost only, until the grant or the deadline.
         assert_eq!(leases.batch_for(&key, &quota, 1, until(0)), None);
         assert!(leases.spend(&key, &quota, 1, at(0)).is_none());
-        leases.granted(&key, &quota, (10, 1), 100, at(0));
+        leases.granted(&key, &quota, (10, 1), (100, ask), at(0));
         for left in (0..9).rev() {
             let d = leases.spend(&key, &quota, 1, at(1_000)).expect("leased");
             assert_eq!(d.info().remaining(), left);
         }
         assert!(leases.spend(&key, &quota, 1, at(1_000)).is_none(), "spent");
-        assert_eq!(leases.batch_for(&key, &quota, 1, until(1_000)), Some(10));
-        leases.granted(&key, &quota, (10, 1), 100, at(0));
+        let (_, ask) = leases.batch_for(&key, &quota, 1, until(1_000)).unwrap();
+        leases.granted(&key, &quota, (10, 1), (100, ask), at(0));
         assert!(
             leases.spend(&key, &quota, 1, at(100_000_000)).is_none(),
             "expired"
@@ -202,8 +220,8 @@ mod tests {
         // Another quota of the key has its own lease.
         let other = Quota::per_second(5).unwrap();
         assert!(leases.spend(&key, &other, 1, at(0)).is_none());
-        assert_eq!(leases.batch_for(&key, &other, 1, until(0)), Some(5));
-        leases.granted(&key, &other, (4, 1), 5, at(0));
+        let (_, ask) = leases.batch_for(&key, &other, 1, until(0)).unwrap();
+        leases.granted(&key, &other, (4, 1), (5, ask), at(0));
         assert!(leases.spend(&key, &other, 2, at(0)).is_some());
         // A lease too small for a check is kept for smaller ones.
         assert_eq!(leases.batch_for(&key, &other, 2, until(0)), None);
@@ -223,6 +241,11 @@ mod tests {
             (Timestamp::from_nanos(0), Timestamp::from_nanos(9)),
         );
         assert_eq!(leases.batch_for(&key, &small, 8, at), None);
-        assert_eq!(leases.batch_for(&key, &small, 1, at), Some(8));
+        assert_eq!(
+            leases
+                .batch_for(&key, &small, 1, at)
+                .map(|(batch, _)| batch),
+            Some(8)
+        );
     }
 }

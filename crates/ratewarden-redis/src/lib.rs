@@ -98,7 +98,9 @@
 //!   Tokens unspent when a lease ends are forgotten: under-admission, never over, at most
 //!   `batch - 1` per gateway, key and period: a check asks for a batch only where the grant
 //!   has a place in the lease map ([`RedisConfig::lease_keys`]) and no other check of the key
-//!   is asking for one, so no granted batch is declined or overwritten.
+//!   is asking for one, so no granted batch is declined or overwritten. A check dropped before
+//!   its answer loses the batch it asked for (Redis deducted it); its key asks again only a
+//!   period later, so such checks lose at most one batch more per key and period.
 //! - **Hot keys** ([`RedisConfig::hot_keys`], off by default): a key split into `n`
 //!   sub-counters on `n` evenly spread cluster slots, each with `1/n` of its quota, one
 //!   picked per check; for every key, or adaptively for keys over a rate ([`HotKeys`]). An

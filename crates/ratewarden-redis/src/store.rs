@@ -652,18 +652,18 @@ impl Store for RedisStore {
             Some((leases, leases.batch_for(key, quota, cost, (now, deadline))?))
         });
         let mode = match leasing {
-            Some((_, batch)) => Mode::Lease { batch },
+            Some((_, (batch, _))) => Mode::Lease { batch },
             None => Mode::Check,
         };
         let decided = self.decide(key, quota, cost, mode).await;
-        if let Some((leases, _)) = leasing {
+        if let Some((leases, (_, ask))) = leasing {
             // From before the call: Redis granted the lease after `now`, and its reply may be
             // read any time later (a future held before it is polled).
             let (granted, limit) = match &decided {
                 Ok((Decision::Allowed(info), granted)) => (*granted, info.limit()),
                 _ => (0, 0),
             };
-            leases.granted(key, quota, (granted, cost), limit, now);
+            leases.granted(key, quota, (granted, cost), (limit, ask), now);
         }
         let (decision, granted) = decided?;
         match &decision {
