@@ -1,5 +1,5 @@
-//! Where a key's state lives on a cluster: in the slot of the whole key, whatever its bytes,
-//! and in batches that never span two states.
+//! Where a key's state lives on a cluster: in the slot of the whole key, whatever its bytes
+//! (no byte ends the hash tag early), and in batches that never span two states.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,7 +20,7 @@ fn slot_of(name: &[u8]) -> u16 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_key_chooses_its_slot_and_keys_that_begin_with_a_brace_spread_over_every_master() {
+async fn a_key_is_hashed_whole_and_keys_that_begin_with_a_brace_spread_over_every_master() {
     let cluster = RedisCluster::start();
     let store = RedisConfig::cluster(cluster.urls())
         .prefix("slots")

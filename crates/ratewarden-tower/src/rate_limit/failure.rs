@@ -44,7 +44,10 @@ use ratewarden_memory::MemoryStore;
 /// with what is owed is denied, as the key has spent it). With `instances = 1`, a gateway then
 /// admits at most the quota plus that one burst in any interval, however often the store
 /// fails (tested against a proxy switching Redis on and off every 500 ms). Owed units are
-/// kept for at most 100,000 keys at once; past that, a key's are forgotten.
+/// kept for at most 100,000 keys and quotas at once; past that, a key's are forgotten. A
+/// check that carries owed units is a heavier check to its store: on a Redis key split
+/// adaptively (`ratewarden_redis::HotKeys`), one heavier than a part's share of the burst is
+/// denied until the split ends.
 ///
 /// ```
 /// use ratewarden_tower::rate_limit::FailureMode;
