@@ -173,6 +173,8 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     /// # Ok::<(), ratewarden_tower::QuotaError>(())
     /// ```
     pub fn name(mut self, name: &str) -> Self {
+        // Another limit: its own count of skipped requests.
+        self.skipped = Arc::default();
         if name.is_empty() || name == "default" {
             self.config.name = Arc::from("default");
             self.config.scope = 0;
@@ -269,8 +271,8 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     }
 
     /// How many requests [`MissingKey::Skip`] let through uncounted because they had no key,
-    /// counted by this layer, its clones and every service they made, whatever the crate's
-    /// features. Requests that had a key, keyless requests that were answered, and
+    /// counted by this layer, its clones and every service they made (a clone given another
+    /// [`name`](Self::name) counts its own), whatever the crate's features. Requests that had a key, keyless requests that were answered, and
     /// requests exempted by [`quota_by`](Self::quota_by) or
     /// [`exempt_preflight`](Self::exempt_preflight) are not counted.
     ///
