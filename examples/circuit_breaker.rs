@@ -43,7 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .name("redis")
         .failure_threshold(3)
         .backoff(Duration::from_millis(500), Duration::from_secs(5))
-        .build();
+        .build()?;
 
     let instances = NonZeroU32::new(4).expect("4 is not zero");
     let reads = RateLimitLayer::new(
@@ -56,7 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let health_checker = Key::from(std::net::IpAddr::from([127, 0, 0, 2]));
     let login = RateLimitLayer::new(store.clone(), Quota::per_minute(5)?, PeerIp::new())
         .name("login")
-        .on_store_error(FailureMode::closed().allow([health_checker]));
+        .on_store_error(FailureMode::closed_allowing([health_checker]));
 
     // Ready while the failure modes decide; the breaker's state is a detail to alert on.
     let breaker = store.clone();

@@ -45,7 +45,8 @@ fn measure(case: &str) -> u64 {
             // Room for every key: the bench measures what a key costs, not eviction.
             let store = MemoryStore::builder()
                 .max_memory(NonZeroUsize::new(1 << 30).expect("non-zero"))
-                .build();
+                .build()
+                .expect("a valid bound");
             for i in 0..KEYS {
                 let key = match case {
                     "rl/u64" => Key::from(i),

@@ -75,7 +75,8 @@ fn breaker_open(c: &mut Criterion) {
         let breaker = Arc::new(
             CircuitBreaker::builder(Down)
                 .backoff(Duration::from_secs(3_600), Duration::from_secs(3_600))
-                .build(),
+                .build()
+                .expect("valid settings"),
         );
         let layer =
             RateLimitLayer::new(Arc::clone(&breaker), quota, PeerIp::new()).on_store_error(mode);

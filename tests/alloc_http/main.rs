@@ -114,7 +114,7 @@ fn a_count_that_changes_with_every_response_allocates_per_buffer_not_per_respons
     ] {
         // The clock stands still: each request leaves one fewer, from 999,999 down.
         let clock = ManualClock::new(Timestamp::from_micros(1_700_000_000_000_000));
-        let store = MemoryStore::builder().clock(clock).build();
+        let store = MemoryStore::builder().clock(clock).build().unwrap();
         let quota = Quota::per_second(1_000_000).unwrap();
         let mut service = RateLimitLayer::new(store, quota, PeerIp::new())
             .headers(style)

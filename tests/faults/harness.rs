@@ -120,7 +120,8 @@ impl Harness {
             })
             .failure_threshold(THRESHOLD)
             .backoff(BASE_BACKOFF, MAX_BACKOFF)
-            .build(),
+            .build()
+            .unwrap(),
         );
         let key = |req: &Request<()>| {
             let n: u64 = req.headers().get("x-key")?.to_str().ok()?.parse().ok()?;

@@ -37,7 +37,7 @@ const HOLD: Duration = Duration::from_millis(1_500);
 const SETTLE: Duration = Duration::from_millis(300);
 
 fn closed() -> FailureMode {
-    FailureMode::closed().allow([Key::from(0_u64)])
+    FailureMode::closed_allowing([Key::from(0_u64)])
 }
 
 fn fallback() -> FailureMode {

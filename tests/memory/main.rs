@@ -32,7 +32,8 @@ fn flood(max: usize, quota: Quota, keys: u64, key: impl Fn(u64) -> Key) -> (usiz
     let store = MemoryStore::builder()
         .max_memory(NonZeroUsize::new(max).unwrap())
         .clock(clock.clone())
-        .build();
+        .build()
+        .unwrap();
     let mut most = 0;
     for i in 0..keys {
         if i % 100 == 0 {

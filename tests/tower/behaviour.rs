@@ -288,7 +288,7 @@ async fn shadow_mode_never_rejects_not_even_without_a_key_or_a_store() {
 async fn fail_closed_lets_allowlisted_keys_through() {
     let health_checker = Key::from("192.0.2.9".parse::<std::net::IpAddr>().unwrap());
     let layer = RateLimitLayer::new(Broken, Quota::per_minute(1).unwrap(), PeerIp::new())
-        .on_store_error(FailureMode::closed().allow([health_checker]));
+        .on_store_error(FailureMode::closed_allowing([health_checker]));
     let app = app().layer(layer);
     for _ in 0..3 {
         let (allowed, _) = send(&app, get_from("192.0.2.9:1", "/", &[])).await;
@@ -365,7 +365,8 @@ async fn an_open_breaker_answers_with_the_failure_mode_without_asking_the_store(
     let breaker = Arc::new(
         CircuitBreaker::builder(Counting::default())
             .failure_threshold(3)
-            .build(),
+            .build()
+            .unwrap(),
     );
     let layer = RateLimitLayer::new(Arc::clone(&breaker), Quota::per_minute(1).unwrap(), Global)
         .on_store_error(FailureMode::closed());
@@ -526,7 +527,8 @@ async fn the_breaker_reports_each_transition_once_not_each_request() {
                 std::time::Duration::from_secs(3_600),
                 std::time::Duration::from_secs(3_600),
             )
-            .build(),
+            .build()
+            .unwrap(),
     );
     let layer = RateLimitLayer::new(Arc::clone(&breaker), Quota::per_minute(1).unwrap(), Global)
         .on_store_error(FailureMode::open());
@@ -585,7 +587,7 @@ async fn fail_closed_lets_an_allowlisted_ipv6_address_through_by_its_extractors_
         ),
     ] {
         let layer = RateLimitLayer::new(Broken, Quota::per_minute(1).unwrap(), extractor)
-            .on_store_error(FailureMode::closed().allow([checker.clone()]));
+            .on_store_error(FailureMode::closed_allowing([checker.clone()]));
         let app = app().layer(layer);
         for _ in 0..2 {
             let (allowed, _) = send(&app, get_from("[2001:db8::9]:1", "/", &[])).await;

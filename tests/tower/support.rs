@@ -13,7 +13,7 @@ use tower::ServiceExt;
 /// A memory store on a manual clock that starts at a whole second (2023-11-14T22:13:20Z).
 pub(crate) fn manual_store() -> (MemoryStore<ManualClock>, ManualClock) {
     let clock = ManualClock::new(Timestamp::from_micros(1_700_000_000_000_000));
-    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let store = MemoryStore::builder().clock(clock.clone()).build().unwrap();
     (store, clock)
 }
 

@@ -62,7 +62,8 @@ async fn latency_while_open() {
         let breaker = Arc::new(
             CircuitBreaker::builder(Down)
                 .backoff(Duration::from_secs(3_600), Duration::from_secs(3_600))
-                .build(),
+                .build()
+                .expect("valid settings"),
         );
         let service = ServiceBuilder::new()
             .layer(RateLimitLayer::new(Arc::clone(&breaker), quota, Global).on_store_error(mode))
@@ -139,7 +140,8 @@ async fn outage(outage: Duration) {
                 decided: AtomicU64::new(0),
             })
             .backoff(backoff, max_backoff)
-            .build(),
+            .build()
+            .expect("valid settings"),
         );
         let fallback =
             FailureMode::fallback(MemoryStore::new(), NonZeroU32::new(GATEWAYS).expect("4"));

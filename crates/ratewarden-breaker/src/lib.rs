@@ -32,7 +32,7 @@
 //! let breaker = CircuitBreaker::builder(MemoryStore::new()) // a RedisStore, in earnest
 //!     .failure_threshold(5)
 //!     .backoff(Duration::from_millis(500), Duration::from_secs(10))
-//!     .build();
+//!     .build()?;
 //! // Each layer gets a clone; a readiness detail reads the same breaker.
 //! let for_a_layer = breaker.clone();
 //! let quota: Quota = "1/s".parse()?;
@@ -176,7 +176,7 @@ impl<S> CircuitBreaker<S> {
     /// assert_eq!(breaker.state(), BreakerState::Closed);
     /// ```
     pub fn new(store: S) -> Self {
-        Self::builder(store).build()
+        Self::builder(store).build_valid()
     }
 
     /// A builder for a breaker in front of `store`, starting from the default settings.
@@ -192,9 +192,10 @@ impl<S> CircuitBreaker<S> {
     ///     .backoff(Duration::from_millis(100), Duration::from_secs(5))
     ///     .probes(2)
     ///     .probe_timeout(Duration::from_millis(200))
-    ///     .build();
+    ///     .build()?;
     /// assert_eq!(breaker.state(), BreakerState::Closed);
     /// assert!(format!("{breaker:?}").contains("redis-sessions"));
+    /// # Ok::<(), ratewarden_breaker::ConfigError>(())
     /// ```
     pub fn builder(store: S) -> CircuitBreakerBuilder<S> {
         CircuitBreakerBuilder {
@@ -236,58 +237,83 @@ impl<S: fmt::Debug, C> fmt::Debug for CircuitBreakerBuilder<S, C> {
 }
 
 impl<S, C> CircuitBreakerBuilder<S, C> {
-    /// Opens after `n` consecutive failures (default 3; at least 1).
+    /// Opens after `n` consecutive failures (default 3; at least 1, or
+    /// [`build`](Self::build) refuses it).
+    ///
+    /// See the example on [`CircuitBreaker::builder`].
     pub fn failure_threshold(mut self, n: u32) -> Self {
-        self.settings.consecutive = n.max(1);
+        self.settings.consecutive = n;
         self
     }
 
     /// Also opens when, within a `window`, at least `min_calls` calls were made and at least
-    /// `ratio` (0 to 1) of them failed (default: 0.5 of at least 20 calls in 10 s). A ratio
-    /// above 1 or not a number turns the rule off, leaving only consecutive failures.
+    /// `ratio` of them failed (default: 0.5 of at least 20 calls in 10 s). `ratio` is from 0
+    /// to 1, `window` above zero and `min_calls` at least 1, or [`build`](Self::build)
+    /// refuses them; [`without_failure_rate`](Self::without_failure_rate) turns the rule off.
+    ///
+    /// See the example on [`CircuitBreaker::builder`].
     pub fn failure_rate(mut self, ratio: f64, window: Duration, min_calls: u32) -> Self {
-        self.settings.rate = (ratio <= 1.0 && !window.is_zero()).then_some(FailureRate {
-            ratio: ratio.max(0.0),
+        self.settings.rate = Some(FailureRate {
+            ratio,
             window,
-            min_calls: min_calls.max(1),
+            min_calls,
         });
         self
     }
 
+    /// Opens on consecutive failures only, whatever their rate.
+    ///
+    /// ```
+    /// let breaker = ratewarden_breaker::CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
+    ///     .without_failure_rate()
+    ///     .build()?;
+    /// # let _ = breaker;
+    /// # Ok::<(), ratewarden_breaker::ConfigError>(())
+    /// ```
+    pub fn without_failure_rate(mut self) -> Self {
+        self.settings.rate = None;
+        self
+    }
+
     /// The first time open (`base`, default 1 s; at least 1 ms) and the longest (`max`,
-    /// default 30 s); each failed probe doubles it. Every open period is shortened by up to a
-    /// quarter at random.
+    /// default 30 s; at least `base`), or [`build`](Self::build) refuses them; each failed
+    /// probe doubles it. Every open period is shortened by up to a quarter at random.
+    ///
+    /// See the example on [`CircuitBreaker::builder`].
     pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
-        let base = base.max(Duration::from_millis(1));
         self.settings.base_backoff = base;
-        self.settings.max_backoff = max.max(base);
+        self.settings.max_backoff = max;
         self
     }
 
-    /// How many calls may probe the store at once when half-open (default 1; at least 1). A
-    /// probe whose request is cancelled gives its place back.
+    /// How many calls may probe the store at once when half-open (default 1; at least 1, or
+    /// [`build`](Self::build) refuses it). A probe whose request is cancelled gives its place
+    /// back.
+    ///
+    /// See the example on [`CircuitBreaker::builder`].
     pub fn probes(mut self, n: u32) -> Self {
-        self.settings.probes = n.max(1);
+        self.settings.probes = n;
         self
     }
 
-    /// How long a probe may take before it counts as failed (default 1 s; at least 1 ms): past
-    /// it, the next call opens the breaker again (for twice the backoff), whatever became of
-    /// the probe, so that a store that never answers (one without a deadline of its own)
-    /// cannot hold the breaker half-open. Keep it at or above the store's own deadline
-    /// (`RedisConfig::timeout`): a probe the store may still answer in time would otherwise
-    /// count as failed whenever another call comes while it runs.
+    /// How long a probe may take before it counts as failed (default 1 s; at least 1 ms, or
+    /// [`build`](Self::build) refuses it: zero would fail every probe as soon as another call
+    /// came): past it, the next call opens the breaker again (for twice the backoff),
+    /// whatever became of the probe, so that a store that never answers (one without a
+    /// deadline of its own) cannot hold the breaker half-open. Keep it at or above the
+    /// store's own deadline (`RedisConfig::timeout`): a probe the store may still answer in
+    /// time would otherwise count as failed whenever another call comes while it runs.
     ///
     /// ```
     /// use std::time::Duration;
     /// let breaker = ratewarden_breaker::CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
     ///     .probe_timeout(Duration::from_millis(500))
-    ///     .build();
+    ///     .build()?;
     /// # let _ = breaker;
+    /// # Ok::<(), ratewarden_breaker::ConfigError>(())
     /// ```
     pub fn probe_timeout(mut self, timeout: Duration) -> Self {
-        // Zero would make every call that comes while a probe runs fail it.
-        self.settings.probe_timeout = timeout.max(Duration::from_millis(1));
+        self.settings.probe_timeout = timeout;
         self
     }
 
@@ -304,7 +330,8 @@ impl<S, C> CircuitBreakerBuilder<S, C> {
     /// let clock = ManualClock::new(Timestamp::from_nanos(0));
     /// let breaker = ratewarden_breaker::CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
     ///     .clock(clock.clone())
-    ///     .build();
+    ///     .build()
+    ///     .unwrap();
     /// assert_eq!(breaker.state(), ratewarden_breaker::BreakerState::Closed);
     /// ```
     pub fn clock<C2: Clock>(self, clock: C2) -> CircuitBreakerBuilder<S, C2> {
@@ -316,7 +343,29 @@ impl<S, C> CircuitBreakerBuilder<S, C> {
     }
 
     /// The breaker, closed.
-    pub fn build(self) -> CircuitBreaker<S, C> {
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the first setting that cannot work: a threshold or
+    /// number of probes of 0, a failure ratio outside 0 to 1 (or not a number), a rate window
+    /// of zero or a minimum of 0 calls, a base backoff or probe timeout under 1 ms, a longest
+    /// backoff under the base. Never clamped: a value that cannot work is refused, not
+    /// changed into another.
+    ///
+    /// ```
+    /// use ratewarden_breaker::{CircuitBreaker, ConfigError};
+    /// let zero = CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
+    ///     .failure_threshold(0)
+    ///     .build();
+    /// assert!(matches!(zero, Err(ConfigError::Invalid { setting: "failure_threshold", .. })));
+    /// ```
+    pub fn build(self) -> Result<CircuitBreaker<S, C>, ConfigError> {
+        self.settings.check()?;
+        Ok(self.build_valid())
+    }
+
+    /// The breaker, from settings known to be valid.
+    fn build_valid(self) -> CircuitBreaker<S, C> {
         let machine = Mutex::new(Machine::new(self.settings.base_backoff));
         CircuitBreaker {
             inner: Arc::new(Inner {
@@ -330,6 +379,75 @@ impl<S, C> CircuitBreakerBuilder<S, C> {
         }
     }
 }
+
+impl Settings {
+    /// The first setting that cannot work, if any.
+    fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |setting, reason| Err(ConfigError::Invalid { setting, reason });
+        if self.consecutive == 0 {
+            return invalid("failure_threshold", "0 failures would open it without any");
+        }
+        if let Some(rate) = self.rate {
+            if !(0.0..=1.0).contains(&rate.ratio) {
+                return invalid("failure_rate", "the ratio must be from 0 to 1");
+            }
+            if rate.window.is_zero() {
+                return invalid("failure_rate", "the window must be above zero");
+            }
+            if rate.min_calls == 0 {
+                return invalid(
+                    "failure_rate",
+                    "at least 1 call must be made to judge a rate",
+                );
+            }
+        }
+        if self.base_backoff < Duration::from_millis(1) {
+            return invalid("backoff", "the base must be at least 1 ms");
+        }
+        if self.max_backoff < self.base_backoff {
+            return invalid("backoff", "the longest must be at least the base");
+        }
+        if self.probes == 0 {
+            return invalid("probes", "0 probes would never close it");
+        }
+        if self.probe_timeout < Duration::from_millis(1) {
+            return invalid(
+                "probe_timeout",
+                "at least 1 ms: a shorter one fails every probe another call comes during",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A [`CircuitBreakerBuilder`] setting that cannot work: [`build`](CircuitBreakerBuilder::build)
+/// refuses it rather than changing it into another.
+///
+/// ```
+/// let error = ratewarden_breaker::ConfigError::Invalid { setting: "probes", reason: "0 probes would never close it" };
+/// assert_eq!(error.to_string(), "invalid probes: 0 probes would never close it");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The setting named cannot work, for the reason given.
+    Invalid {
+        /// The builder method.
+        setting: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Invalid { setting, reason } => write!(f, "invalid {setting}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 impl<S, C> CircuitBreaker<S, C> {
     /// The store behind the breaker.

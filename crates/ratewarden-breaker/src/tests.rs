@@ -56,7 +56,7 @@ impl Store for Scripted {
 
 fn breaker() -> (CircuitBreaker<Scripted, ManualClock>, ManualClock) {
     let (builder, clock) = configured();
-    (builder.build(), clock)
+    (builder.build().unwrap(), clock)
 }
 
 /// The tests' settings, for a test to change before building.
@@ -64,7 +64,7 @@ fn configured() -> (CircuitBreakerBuilder<Scripted, ManualClock>, ManualClock) {
     let clock = ManualClock::new(Timestamp::from_nanos(1_000_000_000));
     let builder = CircuitBreaker::builder(Scripted::default())
         .failure_threshold(3)
-        .failure_rate(2.0, Duration::from_secs(10), 20) // off unless a test turns it on
+        .without_failure_rate() // off unless a test turns it on
         .backoff(Duration::from_secs(1), Duration::from_secs(4))
         .clock(clock.clone());
     (builder, clock)
@@ -216,7 +216,8 @@ fn opens_on_a_failure_rate_without_consecutive_failures() {
     let (builder, _) = configured();
     let breaker = builder
         .failure_rate(0.5, Duration::from_secs(10), 20)
-        .build();
+        .build()
+        .unwrap();
     for i in 0..20 {
         assert_eq!(breaker.state(), BreakerState::Closed, "call {i}");
         // Every other call fails, the 20th among them: 10 of 20.
@@ -233,7 +234,8 @@ fn the_failure_rate_window_forgets_old_calls() {
     let (builder, clock) = configured();
     let breaker = builder
         .failure_rate(0.5, Duration::from_secs(10), 20)
-        .build();
+        .build()
+        .unwrap();
     for i in 0..100 {
         breaker
             .get_ref()
@@ -267,7 +269,7 @@ fn a_probe_cancelled_late_never_lets_more_probes_through_than_configured() {
     // Reproduced: a probe of an earlier half-open period, cancelled during a later one, gave
     // that later period's place back: more probes at once than configured.
     let (builder, clock) = configured();
-    let breaker = builder.probes(2).build();
+    let breaker = builder.probes(2).build().unwrap();
     breaker.get_ref().set(TIMEOUT);
     for _ in 0..3 {
         check(&breaker).unwrap_err();
@@ -319,26 +321,52 @@ fn a_probe_that_never_answers_does_not_hold_the_breaker_half_open() {
 }
 
 #[test]
-fn a_zero_probe_timeout_does_not_reopen_the_breaker_while_its_probe_runs() {
-    // Reproduced: `probe_timeout(Duration::ZERO)` was accepted, and then every call that came
-    // while a probe was in flight found the probe past its time and opened the breaker again:
-    // under load, a healthy store was never probed to a close.
-    let (builder, clock) = configured();
-    let breaker = builder.probe_timeout(Duration::ZERO).build();
-    breaker.get_ref().set(TIMEOUT);
-    for _ in 0..3 {
-        check(&breaker).unwrap_err();
+fn settings_that_cannot_work_are_refused_when_built_never_clamped() {
+    // Reproduced: `probe_timeout(Duration::ZERO)` was accepted (then raised to 1 ms), and a
+    // zero one had made every call that came while a probe ran open the breaker again.
+    let refused = |setting: &str, builder: CircuitBreakerBuilder<Scripted, ManualClock>| {
+        match builder.build() {
+            Err(crate::ConfigError::Invalid { setting: named, .. }) => assert_eq!(named, setting),
+            Ok(_) => panic!("{setting} accepted"),
+        }
+    };
+    refused(
+        "probe_timeout",
+        configured().0.probe_timeout(Duration::ZERO),
+    );
+    refused("failure_threshold", configured().0.failure_threshold(0));
+    refused("probes", configured().0.probes(0));
+    refused(
+        "backoff",
+        configured()
+            .0
+            .backoff(Duration::ZERO, Duration::from_secs(1)),
+    );
+    refused(
+        "backoff",
+        configured()
+            .0
+            .backoff(Duration::from_secs(2), Duration::from_secs(1)),
+    );
+    for (ratio, window, calls) in [
+        (f64::NAN, Duration::from_secs(1), 1),
+        (1.5, Duration::from_secs(1), 1),
+        (-0.1, Duration::from_secs(1), 1),
+        (0.5, Duration::ZERO, 1),
+        (0.5, Duration::from_secs(1), 0),
+    ] {
+        refused(
+            "failure_rate",
+            configured().0.failure_rate(ratio, window, calls),
+        );
     }
-    clock.advance(Duration::from_secs(1));
-    let probe = start(&breaker, HANG);
-    assert_eq!(breaker.state(), BreakerState::HalfOpen);
-    // Another call at the same moment: refused while the probe runs, the breaker half-open.
-    assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::CircuitOpen));
-    assert_eq!(breaker.state(), BreakerState::HalfOpen);
-    drop(probe);
-    breaker.get_ref().set(ALLOW);
-    assert!(check(&breaker).expect("a new probe").is_allowed());
-    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert!(
+        configured()
+            .0
+            .probe_timeout(Duration::from_millis(1))
+            .build()
+            .is_ok()
+    );
 }
 
 /// Fails every call with a timeout, once `in_flight` calls are in it at once: all of them are
@@ -384,9 +412,10 @@ fn sixty_four_failures_reported_at_once_open_the_breaker_exactly_once() {
             calls: AtomicU32::new(0),
         })
         .failure_threshold(3)
-        .failure_rate(2.0, Duration::from_secs(10), 20)
+        .without_failure_rate()
         .clock(ManualClock::new(Timestamp::from_nanos(1_000_000_000)))
-        .build();
+        .build()
+        .unwrap();
         let (key, quota) = (Key::from(1_u64), Quota::per_second(1).expect("quota"));
         let kinds: Vec<_> = std::thread::scope(|scope| {
             let threads: Vec<_> = (0..TASKS)
@@ -518,7 +547,8 @@ mod loom_tests {
                     .probes(2)
                     .backoff(Duration::from_secs(1), Duration::from_secs(4))
                     .clock(clock.clone())
-                    .build(),
+                    .build()
+                    .unwrap(),
             );
             let (key, quota) = (Key::from(1_u64), Quota::per_second(1).expect("quota"));
             breaker.get_ref().failing.store(true, Ordering::SeqCst);
@@ -551,7 +581,8 @@ mod loom_tests {
 fn several_limits_go_to_the_store_as_one_call_and_unsupported_is_no_failure() {
     let breaker = CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
         .failure_threshold(1)
-        .build();
+        .build()
+        .unwrap();
     let quota = Quota::per_hour(10).unwrap();
     let limits = [
         ratewarden_core::Limit::new(Key::from(1_u64), quota, 1),

@@ -70,7 +70,7 @@ mod slot;
 mod store;
 mod table;
 
-pub use store::{MemoryStore, MemoryStoreBuilder};
+pub use store::{ConfigError, MIN_MEMORY, MemoryStore, MemoryStoreBuilder};
 
 #[cfg(test)]
 mod tests;

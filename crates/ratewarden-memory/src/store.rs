@@ -46,7 +46,7 @@ const DEFAULT_MAX_MEMORY: usize = 64 << 20;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn tokio_test() {
 /// let clock = ManualClock::default();
-/// let store = MemoryStore::builder().clock(clock.clone()).build();
+/// let store = MemoryStore::builder().clock(clock.clone()).build().unwrap();
 /// let quota = Quota::per_second(1).unwrap();
 /// let key = Key::from(42u64);
 ///
@@ -93,7 +93,7 @@ impl MemoryStore {
     /// ```
     #[must_use]
     pub fn new() -> Self {
-        Self::builder().build()
+        Self::builder().build_valid()
     }
 
     /// A builder to set the bound or the clock.
@@ -102,7 +102,8 @@ impl MemoryStore {
     /// use std::num::NonZeroUsize;
     /// let store = ratewarden_memory::MemoryStore::builder()
     ///     .max_memory(NonZeroUsize::new(16 << 20).unwrap())
-    ///     .build();
+    ///     .build()
+    ///     .unwrap();
     /// assert!(store.memory() <= 16 << 20);
     /// ```
     pub fn builder() -> MemoryStoreBuilder {
@@ -205,7 +206,7 @@ impl<C: Clock> MemoryStore<C> {
     /// use ratewarden_core::{Key, ManualClock, Quota};
     /// use std::time::Duration;
     /// let clock = ManualClock::default();
-    /// let store = ratewarden_memory::MemoryStore::builder().clock(clock.clone()).build();
+    /// let store = ratewarden_memory::MemoryStore::builder().clock(clock.clone()).build().unwrap();
     /// store.check_sync(&Key::from(1u64), &Quota::per_second(1)?, 1);
     /// assert_eq!(store.sweep(), 0); // still counted: not fresh yet
     /// clock.advance(Duration::from_secs(1));
@@ -578,7 +579,8 @@ impl<C: Clock> Store for MemoryStore<C> {
 /// let store = MemoryStore::builder()
 ///     .max_memory(NonZeroUsize::new(8 << 20).unwrap())
 ///     .clock(ManualClock::default())
-///     .build();
+///     .build()
+///     .unwrap();
 /// assert!(store.is_empty() && store.memory() <= 8 << 20);
 /// ```
 #[derive(Debug)]
@@ -589,9 +591,9 @@ pub struct MemoryStoreBuilder<C = MonotonicClock> {
 }
 
 impl<C: Clock> MemoryStoreBuilder<C> {
-    /// The most memory the store's state may take, in bytes (default 64 MiB; at least 256
-    /// KiB, which smaller values are raised to). See the [crate documentation](crate) for
-    /// what is counted and what happens when it is reached.
+    /// The most memory the store's state may take, in bytes (default 64 MiB; at least
+    /// [`MIN_MEMORY`], 256 KiB, or [`build`](Self::build) refuses it). See the
+    /// [crate documentation](crate) for what is counted and what happens when it is reached.
     ///
     /// See [`MemoryStoreBuilder`] for an example.
     pub fn max_memory(mut self, bytes: NonZeroUsize) -> Self {
@@ -612,16 +614,73 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 
     /// Builds the store.
     ///
+    /// # Errors
+    ///
+    /// [`ConfigError::MaxMemoryTooSmall`] for a bound below [`MIN_MEMORY`]: what its
+    /// directory of limits takes before its first key.
+    ///
     /// ```
-    /// let store = ratewarden_memory::MemoryStore::builder().build();
+    /// use std::num::NonZeroUsize;
+    /// use ratewarden_memory::{ConfigError, MemoryStore, MIN_MEMORY};
+    ///
+    /// let store = MemoryStore::builder().build()?;
     /// assert!(store.is_empty());
+    /// let tiny = MemoryStore::builder().max_memory(NonZeroUsize::new(1_000).unwrap()).build();
+    /// assert_eq!(tiny.unwrap_err(), ConfigError::MaxMemoryTooSmall { bytes: 1_000, min: MIN_MEMORY });
+    /// # Ok::<(), ConfigError>(())
     /// ```
-    pub fn build(self) -> MemoryStore<C> {
+    pub fn build(self) -> Result<MemoryStore<C>, ConfigError> {
+        if self.max_memory < MIN_MEMORY {
+            return Err(ConfigError::MaxMemoryTooSmall {
+                bytes: self.max_memory,
+                min: MIN_MEMORY,
+            });
+        }
+        Ok(self.build_valid())
+    }
+
+    /// The store, from settings known to be valid.
+    fn build_valid(self) -> MemoryStore<C> {
         MemoryStore {
             inner: Arc::new(Inner {
                 clock: self.clock,
-                limits: Limits::new(self.max_memory.max(Limits::MIN_BYTES)),
+                limits: Limits::new(self.max_memory),
             }),
         }
     }
 }
+
+/// The least memory a [`MemoryStore`] can be bounded to: its directory of limits, before its
+/// first key (256 KiB).
+pub const MIN_MEMORY: usize = Limits::MIN_BYTES;
+
+/// A [`MemoryStoreBuilder`] setting that cannot work.
+///
+/// ```
+/// let error = ratewarden_memory::ConfigError::MaxMemoryTooSmall { bytes: 1_000, min: 262_144 };
+/// assert_eq!(error.to_string(), "max_memory of 1000 bytes is below the least a store can hold, 262144 bytes");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The memory bound is below [`MIN_MEMORY`].
+    MaxMemoryTooSmall {
+        /// The bound given.
+        bytes: usize,
+        /// The least allowed.
+        min: usize,
+    },
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::MaxMemoryTooSmall { bytes, min } => write!(
+                f,
+                "max_memory of {bytes} bytes is below the least a store can hold, {min} bytes"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

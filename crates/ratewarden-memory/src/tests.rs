@@ -15,7 +15,8 @@ fn frozen_store(max_memory: usize) -> (MemoryStore<ManualClock>, ManualClock) {
     let store = MemoryStore::builder()
         .max_memory(NonZeroUsize::new(max_memory).unwrap())
         .clock(clock.clone())
-        .build();
+        .build()
+        .unwrap();
     (store, clock)
 }
 
@@ -409,7 +410,8 @@ fn a_stale_reading_of_a_monotonic_clock_never_gives_quota_back() {
                 clock: clock.clone(),
                 stale: Arc::clone(&stale),
             })
-            .build();
+            .build()
+            .unwrap();
         let quota = Quota::per_second(10)
             .unwrap()
             .with_algorithm(algorithm)
@@ -459,4 +461,21 @@ fn two_stores_place_one_key_by_seeds_of_their_own() {
         .filter(|key| a.hash_of(key) != b.hash_of(key))
         .count();
     assert_eq!(differ, 8);
+}
+
+#[test]
+fn a_bound_below_the_least_a_store_can_hold_is_refused_not_raised() {
+    let built = |bytes: usize| {
+        MemoryStore::builder()
+            .max_memory(NonZeroUsize::new(bytes).unwrap())
+            .build()
+    };
+    assert_eq!(
+        built(crate::MIN_MEMORY - 1).unwrap_err(),
+        crate::ConfigError::MaxMemoryTooSmall {
+            bytes: crate::MIN_MEMORY - 1,
+            min: crate::MIN_MEMORY,
+        }
+    );
+    assert!(built(crate::MIN_MEMORY).unwrap().memory() <= crate::MIN_MEMORY);
 }

@@ -103,7 +103,7 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     }
 
     /// The key this extractor gives the client that [`Key::from`] names as `key`, for lists
-    /// of keys such as [`FailureMode::allow`](crate::rate_limit::FailureMode::allow): `key`
+    /// of keys such as [`FailureMode::closed_allowing`](crate::rate_limit::FailureMode::closed_allowing): `key`
     /// itself by default. [`PeerIp`] and [`ClientIp`] key an IPv6 client by its network
     /// prefix (a /64 by default), so an allowed IPv6 address names its network.
     ///

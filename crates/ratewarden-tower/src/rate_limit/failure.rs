@@ -16,7 +16,7 @@ use ratewarden_memory::MemoryStore;
 /// | mode | while the store fails |
 /// |------|-----------------------|
 /// | [`fallback`](Self::fallback) (the default, with `instances = 1`) | a local [`MemoryStore`](crate::MemoryStore) decides, enforcing `1 / instances` of the quota ([`Quota::share`]) |
-/// | [`closed`](Self::closed) | `503 Service Unavailable` with `Retry-After: 1` (gRPC `UNAVAILABLE`), never a 429: the client did nothing wrong. [`allow`](Self::allow) lists keys that still go through |
+/// | [`closed`](Self::closed) | `503 Service Unavailable` with `Retry-After: 1` (gRPC `UNAVAILABLE`), never a 429: the client did nothing wrong. [`closed_allowing`](Self::closed_allowing) lists keys that still go through |
 /// | [`open`](Self::open) | every request goes through, uncounted |
 ///
 /// Only store errors engage a mode; a denial from a healthy store is always a 429. When the
@@ -56,7 +56,7 @@ use ratewarden_memory::MemoryStore;
 ///
 /// let api = FailureMode::default(); // each instance enforces the quota alone
 /// let fleet = FailureMode::fallback(MemoryStore::new(), NonZeroU32::new(8).unwrap());
-/// let login = FailureMode::closed().allow([Key::from("health-checker")]);
+/// let login = FailureMode::closed_allowing([Key::from("health-checker")]);
 /// let reads = FailureMode::open();
 /// # let _ = (api, fleet, login, reads);
 /// ```
@@ -202,8 +202,8 @@ impl FailureMode {
         Self { kind: Kind::Open }
     }
 
-    /// Answer `503` with `Retry-After: 1` while the store fails, except for keys
-    /// [allowed](Self::allow).
+    /// Answer `503` with `Retry-After: 1` while the store fails
+    /// ([`closed_allowing`](Self::closed_allowing) lets some keys through).
     ///
     /// ```
     /// use ratewarden_tower::rate_limit::FailureMode;
@@ -211,16 +211,12 @@ impl FailureMode {
     /// ```
     #[must_use]
     pub fn closed() -> Self {
-        Self {
-            kind: Kind::Closed {
-                allow: Arc::default(),
-            },
-        }
+        Self::closed_allowing([])
     }
 
-    /// Keys that go through (uncounted) while a [closed](Self::closed) layer's store fails:
-    /// health checkers, internal callers. No effect on other modes. Each names a client as
-    /// the layer's extractor keys it ([`key_for`](crate::key::KeyExtractor::key_for)): with
+    /// [`closed`](Self::closed), except for `keys`, which go through (uncounted) while the
+    /// store fails: health checkers, internal callers. Each names a client as the layer's
+    /// extractor keys it ([`key_for`](crate::key::KeyExtractor::key_for)): with
     /// [`PeerIp`](crate::key::PeerIp) or [`ClientIp`](crate::key::ClientIp), an IPv6 address
     /// lets through its network (a /64 by default), which is one client to the layer.
     ///
@@ -229,15 +225,16 @@ impl FailureMode {
     /// use ratewarden_tower::rate_limit::FailureMode;
     /// use std::net::{IpAddr, Ipv4Addr};
     ///
-    /// let mode = FailureMode::closed().allow([Key::from(IpAddr::from(Ipv4Addr::new(10, 0, 0, 7)))]);
+    /// let mode = FailureMode::closed_allowing([Key::from(IpAddr::from(Ipv4Addr::new(10, 0, 0, 7)))]);
     /// assert_eq!(format!("{mode:?}"), "FailureMode::Closed { allowed: 1 }");
     /// ```
     #[must_use]
-    pub fn allow(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
-        if let Kind::Closed { allow } = &mut self.kind {
-            Arc::make_mut(allow).extend(keys);
+    pub fn closed_allowing(keys: impl IntoIterator<Item = Key>) -> Self {
+        Self {
+            kind: Kind::Closed {
+                allow: Arc::new(keys.into_iter().collect()),
+            },
         }
-        self
     }
 
     /// Decide locally while the store fails: `store` enforces [`Quota::share`]`(instances)`
@@ -265,7 +262,7 @@ impl FailureMode {
         }
     }
 
-    /// The [allowed](Self::allow) keys as the layer's extractor keys its clients
+    /// The [allowed](Self::closed_allowing) keys as the layer's extractor keys its clients
     /// ([`key_for`](crate::key::KeyExtractor::key_for)): made once per layer, for
     /// [`on_failure`](Self::on_failure).
     pub(crate) fn allowed_as(&self, key_for: impl Fn(Key) -> Key) -> HashSet<Key> {
