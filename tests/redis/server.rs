@@ -345,6 +345,53 @@ async fn a_zero_deadline_or_lease_period_is_refused_when_built() {
 }
 
 #[tokio::test]
+async fn numbers_out_of_their_range_are_refused_when_built_never_clamped() {
+    // Reproduced: `pool(0)` was taken as 1, and more than 64 hot-key parts (or one part of an
+    // adaptive split) were changed into 64 (or 2) without a word.
+    use ratewarden_redis::{ConfigError, HotKeys, RedisConfig};
+    use std::num::NonZeroU32;
+    let url = "redis://127.0.0.1:1";
+    let n = |n| NonZeroU32::new(n).unwrap();
+    for (setting, value, config) in [
+        ("pool size", 0, RedisConfig::new(url).pool(0)),
+        ("pool size", 2_000, RedisConfig::new(url).pool(2_000)),
+        (
+            "hot-key parts",
+            65,
+            RedisConfig::new(url).hot_keys(HotKeys::split(n(65))),
+        ),
+        (
+            "hot-key parts",
+            1,
+            RedisConfig::new(url).hot_keys(HotKeys::adaptive(10, n(1))),
+        ),
+        (
+            "lease keys",
+            0,
+            RedisConfig::new(url)
+                .lease(n(10), Duration::from_secs(1))
+                .lease_keys(0),
+        ),
+    ] {
+        match config.build().unwrap_err() {
+            ConfigError::OutOfRange {
+                setting: named,
+                value: given,
+                ..
+            } => assert_eq!((named, given), (setting, value)),
+            other => panic!("{setting}: {other}"),
+        }
+    }
+    assert!(RedisConfig::new(url).pool(1_024).build().is_ok());
+    assert!(
+        RedisConfig::new(url)
+            .hot_keys(HotKeys::split(n(64)))
+            .build()
+            .is_ok()
+    );
+}
+
+#[tokio::test]
 async fn a_hot_key_hold_past_a_day_is_refused_when_built() {
     // Reproduced: `hold(Duration::MAX)`, or any hold of 2^53 µs and more, was
     // accepted, and every check of a key once it was split failed ("unexpected script

@@ -110,7 +110,8 @@ impl RedisConfig {
     /// faster: every checkout from the pool costs a round trip of its own (deadpool pings a
     /// connection before handing it out). A pool isolates slow scripts from one another, and
     /// its checkouts count against the call's [deadline](Self::timeout); creating and recycling a connection at
-    /// most the connect timeout. A `max_size` of 0 is taken as 1.
+    /// most the connect timeout. From 1 to 1,024 connections, or [`build`](Self::build)
+    /// refuses it ([`ConfigError::OutOfRange`]).
     ///
     /// A check holds its pooled connection until its call ends: a caller that keeps check
     /// futures without polling them (nor dropping them) keeps their connections, and
@@ -407,6 +408,7 @@ impl RedisConfig {
                 });
             }
         }
+        self.check_ranges()?;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return Err(ConfigError::NoRuntime);
         };
@@ -433,6 +435,37 @@ impl RedisConfig {
 }
 
 impl RedisConfig {
+    /// The first number out of its range, if any: never clamped into it.
+    fn check_ranges(&self) -> Result<(), ConfigError> {
+        let out = |setting, value: usize, (min, max): (usize, usize)| {
+            (!(min..=max).contains(&value)).then_some(ConfigError::OutOfRange {
+                setting,
+                value: value as u64,
+                min: min as u64,
+                max: max as u64,
+            })
+        };
+        let parts = self.hot_keys.parts() as usize;
+        let max_parts = crate::MAX_PARTS as usize;
+        let pool = match self.topology {
+            Topology::Pool { max_size, .. } => Some(max_size),
+            _ => None,
+        };
+        let found = [
+            pool.and_then(|size| out("pool size", size, (1, MAX_POOL))),
+            match self.hot_keys.hold_time() {
+                Some(_) => out("hot-key parts", parts, (2, max_parts)),
+                None => out("hot-key parts", parts, (1, max_parts)),
+            },
+            self.lease
+                .and_then(|_| out("lease keys", self.lease_keys, (1, usize::MAX))),
+        ];
+        match found.into_iter().flatten().next() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
     /// The connection, or pool, or cluster client: nothing connects yet.
     fn connection(&self) -> Result<Connection, ConfigError> {
         #[cfg(feature = "tls-rustls")]
@@ -458,7 +491,7 @@ impl RedisConfig {
                 // The client's connection info carries its TLS certificates into the pool.
                 let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
                     .map_err(|e| invalid_url(url, &e))?;
-                let mut pool = deadpool_redis::PoolConfig::new((*max_size).max(1));
+                let mut pool = deadpool_redis::PoolConfig::new(*max_size);
                 pool.timeouts.wait = Some(self.timeout);
                 pool.timeouts.create = Some(self.connect_timeout);
                 pool.timeouts.recycle = Some(self.connect_timeout);
@@ -661,6 +694,9 @@ fn invalid_url(url: &str, reason: &dyn fmt::Display) -> ConfigError {
 /// The default deadline of a call: see [`RedisConfig::timeout`].
 const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// The largest pool: see [`RedisConfig::pool`].
+const MAX_POOL: usize = 1_024;
+
 /// The default size of the lease map: see [`RedisConfig::lease_keys`].
 const DEFAULT_LEASE_KEYS: usize = 10_000;
 
@@ -709,6 +745,18 @@ pub enum ConfigError {
         /// Which: `timeout`, `connect_timeout`, `lease period` or `hot-key hold`.
         setting: &'static str,
     },
+    /// A number outside its range: the `pool size` (1 to 1,024), `hot-key parts` (up to 64;
+    /// at least 2 for adaptive splits), `lease keys` (at least 1 with leases).
+    OutOfRange {
+        /// Which.
+        setting: &'static str,
+        /// The value given.
+        value: u64,
+        /// The least allowed.
+        min: u64,
+        /// The most allowed.
+        max: u64,
+    },
     /// A duration is longer than its setting allows: the `hot-key hold`, and the `timeout`
     /// with adaptive hot keys (how long a split key waits after its split), at most a day
     /// each (a split's end must stay within the integers Redis's scripts count exactly).
@@ -738,6 +786,12 @@ impl fmt::Display for ConfigError {
             Self::DurationTooLong { setting, max } => {
                 write!(f, "the {setting} must be at most {max:?}")
             }
+            Self::OutOfRange {
+                setting,
+                value,
+                min,
+                max,
+            } => write!(f, "the {setting} must be from {min} to {max}, not {value}"),
         }
     }
 }

@@ -75,7 +75,8 @@ enum Mode {
 }
 
 impl HotKeys {
-    /// Every key in `parts` sub-counters (at most 64): for a limit with one key for a whole
+    /// Every key in `parts` sub-counters (at most 64, or
+    /// [`RedisConfig::build`](crate::RedisConfig::build) refuses them): for a limit with one key for a whole
     /// fleet (a global or per-tenant limit) that one Redis node cannot carry. Every gateway
     /// sharing the limit must split it alike.
     ///
@@ -86,9 +87,7 @@ impl HotKeys {
     #[must_use]
     pub fn split(parts: NonZeroU32) -> Self {
         Self {
-            mode: Mode::Split {
-                parts: parts.get().min(MAX_PARTS),
-            },
+            mode: Mode::Split { parts: parts.get() },
         }
     }
 
@@ -115,7 +114,9 @@ impl HotKeys {
     /// for hold + margin and the marker deleted. Every gateway must use the same hold.
     ///
     /// A single check on a split key costs at most a part's share of the burst
-    /// (`⌈burst / parts⌉`): a larger cost is `InsufficientCapacity`.
+    /// (`⌈burst / parts⌉`): a larger cost within the whole burst is denied until the split
+    /// ends. From 2 to 64 parts, or [`RedisConfig::build`](crate::RedisConfig::build)
+    /// refuses them ([`ConfigError::OutOfRange`](crate::ConfigError::OutOfRange)).
     ///
     /// ```
     /// let hot = ratewarden_redis::HotKeys::adaptive(1_000, std::num::NonZeroU32::new(16).unwrap());
@@ -126,7 +127,7 @@ impl HotKeys {
         Self {
             mode: Mode::Adaptive {
                 threshold,
-                parts: parts.get().clamp(2, MAX_PARTS),
+                parts: parts.get(),
                 hold: Duration::from_secs(30),
             },
         }
