@@ -12,6 +12,30 @@ local function idiv(a, b)
   return q
 end
 
+local function at_least_zero(x)
+  if x < 0 then
+    return 0
+  end
+  return x
+end
+
+-- One GCRA check of `cost` (at most the burst `limit`) on the theoretical arrival time `tat`
+-- at `now`, with emission interval `interval`: whether it admits, the TAT after it (the new
+-- one if admitted, else `tat` clamped to now), and the reply's remaining, reset-after and
+-- retry-after (µs). The one place GCRA's arithmetic is written: a check alone (gcra.lua) and
+-- a batch's fast path (batch.lua) both decide by it, as ratewarden-core does.
+local function gcra_step(tat, now, interval, limit, cost)
+  local horizon = now + interval * limit
+  if tat < now then
+    tat = now
+  end
+  local new_tat = tat + interval * cost
+  if new_tat <= horizon then
+    return true, new_tat, idiv(horizon - new_tat, interval), new_tat - now, 0
+  end
+  return false, tat, idiv(at_least_zero(horizon - tat), interval), tat - now, new_tat - horizon
+end
+
 -- A state's TTL in milliseconds: fresh (or its part's split over) `fresh_in` µs from now,
 -- rounded up; at least `keep` ms, and never 0. A test passing its own time moves it faster
 -- than real time, so real TTLs would expire its state early: its keys get a day more.

@@ -16,7 +16,7 @@
 
 -- The common check, GCRA counting on a key's own counter (no split marker, no part), is decided
 -- here on states read once per batch and written once at its end: a hot key's many checks in
--- one batch cost one GET and one SET. It is `decide` of gcra.lua for that case, line for line;
+-- one batch cost one GET and one SET. It decides by `gcra_step` (arith.lua), as gcra.lua does;
 -- whatever else (a state that cannot be read, a clock that stepped back, a cost above the
 -- burst) goes to the algorithm's own code, after the key's state is written back.
 
@@ -128,40 +128,33 @@ local function batch(KEYS, ARGV)
     if not name or c + 1 + nkeys > last or (nkeys == 2 and not KEYS[numbers[c + 3]]) then
       malformed()
     end
-    -- GCRA's `decide` (gcra.lua), line for line, unless the state cannot be read, is a clock
-    -- that stepped back (past the horizon), or the cost is above the burst.
+    -- GCRA's step (`gcra_step`, arith.lua, as gcra.lua's `decide` takes it), unless the state
+    -- cannot be read, is a clock that stepped back (past the horizon), or the cost is above
+    -- the burst.
     local gcra = shape.gcra
     local state = gcra and (states[name] or gcra_state(name))
     if state then
       if gcra ~= figures then
         figures, now, interval, limit = gcra, gcra.now, gcra.interval, gcra.limit
       end
-      local tat = state[1]
-      local horizon = now + interval * limit
-      if tat > horizon or cost > limit then
+      if state[1] > now + interval * limit or cost > limit then
         state = nil
       else
-        if tat < now then
-          tat = now
-        end
-        local new_tat = tat + interval * cost
-        if new_tat <= horizon then
+        local admitted, tat, remaining, reset_after, retry_after =
+          gcra_step(state[1], now, interval, limit, cost)
+        replies[n + 1] = 0
+        replies[n + 5] = 0
+        if admitted then
           if cost > 0 then
-            state[1] = new_tat
+            state[1] = tat
             state[2] = gcra
           end
-          tat = new_tat
           replies[n + 1] = 1
-          replies[n + 3] = new_tat - now
-          replies[n + 4] = 0
           replies[n + 5] = cost * 4
-        else
-          replies[n + 1] = 0
-          replies[n + 3] = tat - now
-          replies[n + 4] = new_tat - horizon
-          replies[n + 5] = 0
         end
-        replies[n + 2] = idiv(horizon - tat, interval)
+        replies[n + 2] = remaining
+        replies[n + 3] = reset_after
+        replies[n + 4] = retry_after
       end
     end
     if not state then

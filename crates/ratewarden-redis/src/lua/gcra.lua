@@ -47,12 +47,13 @@ decide = function(cost, write)
   if cost > limit then
     return {2, limit, idiv(at_least_zero(horizon - tat), interval), tat - now, 0}
   end
-  local new_tat = tat + interval * cost
-  if new_tat <= horizon then
-    if write and cost > 0 then
-      redis.call('SET', key, new_tat, 'PX', ttl_ms(new_tat))
-    end
-    return {1, limit, idiv(horizon - new_tat, interval), new_tat - now, 0}
+  local admitted, new_tat, remaining, reset_after, retry_after =
+    gcra_step(tat, now, interval, limit, cost)
+  if not admitted then
+    return {0, limit, remaining, reset_after, retry_after}
   end
-  return {0, limit, idiv(at_least_zero(horizon - tat), interval), tat - now, new_tat - horizon}
+  if write and cost > 0 then
+    redis.call('SET', key, new_tat, 'PX', ttl_ms(new_tat))
+  end
+  return {1, limit, remaining, reset_after, 0}
 end

@@ -53,13 +53,6 @@ local function begin()
   configure()
 end
 
-local function at_least_zero(x)
-  if x < 0 then
-    return 0
-  end
-  return x
-end
-
 -- The key expires when its state equals a fresh one (or, for a part, once its split is over):
 -- a TTL in milliseconds relative to the script's now, rounded up and never 0.
 local function ttl_ms(fresh_at)
