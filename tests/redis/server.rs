@@ -366,6 +366,16 @@ async fn numbers_out_of_their_range_are_refused_when_built_never_clamped() {
             RedisConfig::new(url).hot_keys(HotKeys::adaptive(10, n(1))),
         ),
         (
+            "lease batch",
+            1,
+            RedisConfig::new(url).lease(n(1), Duration::from_secs(1)),
+        ),
+        (
+            "hot-key threshold",
+            0,
+            RedisConfig::new(url).hot_keys(HotKeys::adaptive(0, n(8))),
+        ),
+        (
             "lease keys",
             0,
             RedisConfig::new(url)

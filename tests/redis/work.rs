@@ -17,10 +17,11 @@ const DEADLINE: Duration = Duration::from_millis(100);
 /// The longest a script call may hold the server, in µs (`slowlog-log-slower-than`).
 const SCRIPT_BOUND_US: u64 = 2_000;
 /// Of this many script calls, one may pass the bound: SLOWLOG times a call on the wall clock,
-/// and a host running other suites beside this one preempts the server now and then, whatever
-/// the call's work (a check of a 4,096-entry log takes about 0.3 ms, and is never split).
-/// Batches bounded by their count had 17-30% of their calls over it.
-const CALLS_PER_OUTLIER: u64 = 100;
+/// and a host running other work beside this test preempts the server now and then, whatever
+/// the call's work (a check of a 4,096-entry log takes about 0.3 ms, and is never split):
+/// 0.3% of calls here beside other tests, 1.2% beside a release build. Batches bounded by
+/// their count had 17-30% of their calls over it.
+const CALLS_PER_OUTLIER: u64 = 20;
 /// A run during which the host paused this test's threads for longer says nothing of the
 /// store (every check in flight then missed its deadline): it is run again, at most
 /// `ATTEMPTS` times in all.

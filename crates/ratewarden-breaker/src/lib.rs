@@ -759,10 +759,12 @@ impl Machine {
                 period,
                 since,
             } if probing < settings.probes => {
+                // With no probe out (each gave its place back), the probes' time starts anew:
+                // a probe is timed from when it went, not from an earlier one's.
                 self.phase = Phase::HalfOpen {
                     probing: probing + 1,
                     period,
-                    since,
+                    since: if probing == 0 { now } else { since },
                 };
                 (Some(Role::Probe(period)), None)
             }

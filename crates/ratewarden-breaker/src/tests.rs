@@ -630,3 +630,28 @@ fn a_probe_answered_with_an_error_about_its_own_request_neither_closes_nor_opens
     assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::Timeout));
     assert_eq!(breaker.state(), BreakerState::Open);
 }
+
+#[test]
+fn a_probe_is_timed_from_when_it_went_not_from_probes_that_gave_their_place_back() {
+    // Reproduced: the half-open period's clock started at its first probe; probes answered
+    // with errors about their own request (a corrupt key) gave their places back, and once
+    // the probe timeout had passed since the first, a call arriving beside a fresh, healthy
+    // probe reopened the breaker.
+    let (breaker, clock) = breaker();
+    breaker.get_ref().set(TIMEOUT);
+    for _ in 0..3 {
+        check(&breaker).unwrap_err();
+    }
+    clock.advance(Duration::from_secs(5));
+    breaker.get_ref().set(WRONG_TYPE);
+    assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::CorruptState));
+    clock.advance(Duration::from_millis(1_500));
+    assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::CorruptState));
+    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    let probe = start(&breaker, HANG);
+    breaker.get_ref().set(ALLOW);
+    // Beside the probe, at the same instant: refused, the breaker still half-open.
+    assert_eq!(kind(check(&breaker)), Some(StoreErrorKind::CircuitOpen));
+    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    drop(probe);
+}

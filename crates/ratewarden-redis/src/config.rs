@@ -459,6 +459,20 @@ impl RedisConfig {
             },
             self.lease
                 .and_then(|_| out("lease keys", self.lease_keys, (1, usize::MAX))),
+            // A batch of 1 leases nothing: every check asks for its cost alone.
+            self.lease.and_then(|lease| {
+                let batch = lease.batch.get() as usize;
+                out("lease batch", batch, (2, u32::MAX as usize))
+            }),
+            // A threshold of 0 splits every key at its first check.
+            match self.hot_keys.threshold() {
+                Some(threshold) => out(
+                    "hot-key threshold",
+                    threshold as usize,
+                    (1, u32::MAX as usize),
+                ),
+                None => None,
+            },
         ];
         match found.into_iter().flatten().next() {
             Some(error) => Err(error),
@@ -746,7 +760,8 @@ pub enum ConfigError {
         setting: &'static str,
     },
     /// A number outside its range: the `pool size` (1 to 1,024), `hot-key parts` (up to 64;
-    /// at least 2 for adaptive splits), `lease keys` (at least 1 with leases).
+    /// at least 2 for adaptive splits), the `hot-key threshold` (at least 1), `lease keys`
+    /// (at least 1 with leases), the `lease batch` (at least 2: a batch of 1 leases nothing).
     OutOfRange {
         /// Which.
         setting: &'static str,

@@ -172,6 +172,14 @@ impl HotKeys {
         }
     }
 
+    /// The adaptive threshold (`None` for other modes).
+    pub(crate) const fn threshold(&self) -> Option<u32> {
+        match self.mode {
+            Mode::Adaptive { threshold, .. } => Some(threshold),
+            _ => None,
+        }
+    }
+
     /// How long an adaptive split outlives its last renewal (`None` for other modes).
     pub(crate) const fn hold_time(&self) -> Option<Duration> {
         match self.mode {
@@ -285,7 +293,7 @@ impl HotKeyState {
     }
 
     /// Whether this gateway learnt of the split of `key` under `quota` at least `ago` before
-    /// `now` (its parts' seeds have had their time).
+    /// `now` (its parts' seeds have had their time), or does not track it.
     pub(crate) fn learnt_before(
         &self,
         key: &Key,
@@ -293,8 +301,10 @@ impl HotKeyState {
         now: Timestamp,
         ago: Duration,
     ) -> bool {
+        // A split not tracked here (past `MAX_SPLIT_KEYS`) has no record of when: its seed
+        // is taken to have had its time.
         self.with_known(key, quota, now, |known| between(known.learnt, now) >= ago)
-            .unwrap_or(false)
+            .unwrap_or(true)
     }
 
     /// Until when the split of `key` under `quota` this gateway knows of stands.

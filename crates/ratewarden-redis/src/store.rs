@@ -451,6 +451,7 @@ impl RedisStore {
             // nothing left, refilling from the split's start, and asked again.
             if info.retry_after().is_zero()
                 && !reseeded
+                && call.mode != Mode::Peek
                 && hot.learnt_before(key, quota, now, self.timeout.saturating_mul(2))
             {
                 reseeded = true;
@@ -647,7 +648,8 @@ impl Store for RedisStore {
         if let Some(decision) = self.decide_locally(key, quota, cost, now) {
             return Ok(decision);
         }
-        let deadline = now.saturating_add(self.timeout);
+        // (A deadline past a day is no deadline: a lease ask holds its place a day at most.)
+        let deadline = now.saturating_add(self.timeout.min(Duration::from_secs(86_400)));
         let leasing = (self.local.leases.as_ref()).and_then(|leases| {
             Some((leases, leases.batch_for(key, quota, cost, (now, deadline))?))
         });

@@ -5,6 +5,7 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use ratewarden_core::{Decision, Key, Quota};
 use ratewarden_memory::MemoryStore;
@@ -44,7 +45,9 @@ use ratewarden_memory::MemoryStore;
 /// with what is owed is denied, as the key has spent it). With `instances = 1`, a gateway then
 /// admits at most the quota plus that one burst in any interval, however often the store
 /// fails (tested against a proxy switching Redis on and off every 500 ms). Owed units are
-/// kept for at most 100,000 keys and quotas at once; past that, a key's are forgotten. A
+/// kept for at most 100,000 keys and quotas at once, each until its quota would have
+/// refilled them (past that, the store may admit them again anyway); beyond, a key's are
+/// forgotten. A
 /// check that carries owed units is a heavier check to its store: on a Redis key split
 /// adaptively (`ratewarden_redis::HotKeys`), one heavier than a part's share of the burst is
 /// denied until the split ends.
@@ -90,17 +93,33 @@ struct Carry {
     /// Whether the fallback has ever decided: before, nothing is carried (no cost to a layer
     /// whose store never failed).
     engaged: AtomicBool,
-    owed: Mutex<HashMap<(Key, Quota), u32>>,
+    owed: Mutex<Owes>,
     /// How many keys owe: the map is locked only when some do.
     owing: AtomicUsize,
 }
 
+/// What keys owe, by key and quota.
+#[derive(Default)]
+struct Owes {
+    map: HashMap<(Key, Quota), Owing>,
+    /// When a full map was last swept of what no longer matters.
+    swept: Option<Instant>,
+}
+
+/// Units owed, and until when they matter: once the quota has refilled them (a burst's span,
+/// or two periods for windows), the store would admit them again anyway.
+struct Owing {
+    units: u32,
+    until: Instant,
+}
+
 /// The most key and quota pairs that may owe units to the store at once: past it, a pair's
-/// owed units are forgotten (the store may then admit them again).
+/// owed units are forgotten (the store may then admit them again), after a sweep (at most
+/// once a second) of those that no longer matter.
 const MAX_OWING_KEYS: usize = 100_000;
 
 impl Carry {
-    fn owed(&self) -> std::sync::MutexGuard<'_, HashMap<(Key, Quota), u32>> {
+    fn owed(&self) -> std::sync::MutexGuard<'_, Owes> {
         self.owed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -109,17 +128,22 @@ impl Carry {
         if self.owing.load(Ordering::Relaxed) == 0 || room == 0 {
             return 0;
         }
-        let mut owed = self.owed();
+        let mut owes = self.owed();
         let pair = (key.clone(), *quota);
-        let Some(units) = owed.get_mut(&pair) else {
+        let Some(owing) = owes.map.get_mut(&pair) else {
             return 0;
         };
-        let taken = (*units).min(room);
-        *units -= taken;
-        if *units == 0 {
-            owed.remove(&pair);
+        let taken = if owing.until <= Instant::now() {
+            owing.units = 0;
+            0
+        } else {
+            owing.units.min(room)
+        };
+        owing.units -= taken;
+        if owing.units == 0 {
+            owes.map.remove(&pair);
         }
-        self.owing.store(owed.len(), Ordering::Relaxed);
+        self.owing.store(owes.map.len(), Ordering::Relaxed);
         taken
     }
 
@@ -128,14 +152,33 @@ impl Carry {
         if units == 0 {
             return;
         }
-        let mut owed = self.owed();
+        let now = Instant::now();
+        let mut owes = self.owed();
         let pair = (key.clone(), *quota);
-        if owed.len() >= MAX_OWING_KEYS && !owed.contains_key(&pair) {
-            return;
+        if owes.map.len() >= MAX_OWING_KEYS && !owes.map.contains_key(&pair) {
+            if owes
+                .swept
+                .is_some_and(|at| now - at < Duration::from_secs(1))
+            {
+                return;
+            }
+            owes.swept = Some(now);
+            owes.map.retain(|_, owing| owing.until > now);
+            if owes.map.len() >= MAX_OWING_KEYS {
+                return;
+            }
         }
-        let owing = owed.entry(pair).or_default();
-        *owing = owing.saturating_add(units).min(quota.burst());
-        self.owing.store(owed.len(), Ordering::Relaxed);
+        let span = Duration::from_micros(quota.tolerance_micros()).max(quota.period() * 2);
+        let owing = owes.map.entry(pair).or_insert(Owing {
+            units: 0,
+            until: now,
+        });
+        owing.units = owing.units.saturating_add(units).min(quota.burst());
+        // (A span no `Instant` can hold: a day, far past any outage's news.)
+        owing.until = (now.checked_add(span))
+            .or_else(|| now.checked_add(Duration::from_secs(86_400)))
+            .unwrap_or(now);
+        self.owing.store(owes.map.len(), Ordering::Relaxed);
     }
 }
 
@@ -359,5 +402,30 @@ impl fmt::Debug for FailureMode {
                 write!(f, "FailureMode::Fallback {{ instances: {instances} }}")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owed_units_that_no_longer_matter_make_room_for_new_keys() {
+        // Reproduced: one-off keys filled the map for good, and from then on no key's units
+        // were carried. Owed units matter until the quota would have refilled them.
+        let carry = Carry::default();
+        let brief = Quota::new(1, Duration::from_millis(1)).unwrap();
+        for i in 0..MAX_OWING_KEYS as u64 {
+            carry.owe(&Key::from(i), &brief, 1);
+        }
+        let (key, quota) = (Key::from("steady"), Quota::per_minute(10).unwrap());
+        std::thread::sleep(Duration::from_millis(10));
+        carry.owe(&key, &quota, 3);
+        assert_eq!(carry.take(&key, &quota, 10), 3);
+        assert!(carry.owed().map.is_empty(), "the expired were swept");
+        // Expired units are not taken.
+        carry.owe(&Key::from(1_u64), &brief, 1);
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(carry.take(&Key::from(1_u64), &brief, 1), 0);
     }
 }
