@@ -582,7 +582,7 @@ async fn fail_closed_lets_an_allowlisted_ipv6_address_through_by_its_extractors_
         // The /64 is one client to the layer: a neighbour in it shares the checker's key.
         (PeerIp::new(), StatusCode::OK),
         (
-            PeerIp::new().ipv6_prefix(128),
+            PeerIp::new().ipv6_prefix(128).unwrap(),
             StatusCode::SERVICE_UNAVAILABLE,
         ),
     ] {

@@ -161,12 +161,17 @@ impl ClientIp {
         self
     }
 
-    /// Groups IPv6 clients by their first `prefix` bits (default 64, clamped to 128).
+    /// Groups IPv6 clients by their first `prefix` bits (default 64).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidIpv6Prefix`](super::InvalidIpv6Prefix) for 0 (every IPv6 client would share
+    /// one key) or more than 128.
     ///
     /// ```
     /// use http::Request;
     /// use ratewarden_tower::key::{ClientIp, ForwardedHeader, KeyExtractor};
-    /// let extractor = ClientIp::new(ForwardedHeader::XForwardedFor).ipv6_prefix(48);
+    /// let extractor = ClientIp::new(ForwardedHeader::XForwardedFor).ipv6_prefix(48)?;
     /// let from = |peer: &str| {
     ///     let mut req = Request::new(());
     ///     req.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
@@ -174,11 +179,14 @@ impl ClientIp {
     /// };
     /// // One /48, one key.
     /// assert_eq!(extractor.extract(&from("[2001:db8:1:2::1]:1")), extractor.extract(&from("[2001:db8:1:ff::1]:1")));
+    /// # Ok::<(), ratewarden_tower::key::InvalidIpv6Prefix>(())
     /// ```
-    #[must_use]
-    pub fn ipv6_prefix(mut self, prefix: u8) -> Self {
-        self.ipv6_prefix = prefix.min(128);
-        self
+    pub fn ipv6_prefix(mut self, prefix: u8) -> Result<Self, super::InvalidIpv6Prefix> {
+        if prefix == 0 || prefix > 128 {
+            return Err(super::InvalidIpv6Prefix(prefix));
+        }
+        self.ipv6_prefix = prefix;
+        Ok(self)
     }
 
     /// The client's address, or `None` when the request has no peer address or the trusted

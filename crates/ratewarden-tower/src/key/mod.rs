@@ -45,7 +45,7 @@ pub use header::Header;
 #[cfg(feature = "jwt")]
 #[cfg_attr(docsrs, doc(cfg(feature = "jwt")))]
 pub use jwt::JwtClaim;
-pub use peer_ip::PeerIp;
+pub use peer_ip::{InvalidIpv6Prefix, PeerIp};
 
 /// Derives the [`Key`] a request is counted against. `None` means the request has no usable
 /// key; the layer then applies its [`MissingKey`](crate::rate_limit::MissingKey) rule.

@@ -65,8 +65,11 @@ impl PeerIp {
         }
     }
 
-    /// Groups IPv6 addresses by their first `prefix` bits (clamped to 128; 128 keys each
-    /// address alone).
+    /// Groups IPv6 addresses by their first `prefix` bits (128 keys each address alone).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidIpv6Prefix`] for 0 (every IPv6 client would share one key) or more than 128.
     ///
     /// ```
     /// use ratewarden_tower::key::{KeyExtractor, PeerIp};
@@ -77,15 +80,37 @@ impl PeerIp {
     /// };
     /// let (a, b) = (from("[2001:db8:0:1::1]:1"), from("[2001:db8:0:2::1]:1"));
     /// assert_ne!(PeerIp::new().extract(&a), PeerIp::new().extract(&b)); // two /64s
-    /// let per_56 = PeerIp::new().ipv6_prefix(56);
+    /// let per_56 = PeerIp::new().ipv6_prefix(56)?;
     /// assert_eq!(per_56.extract(&a), per_56.extract(&b)); // one /56
+    /// assert!(PeerIp::new().ipv6_prefix(0).is_err());
+    /// # Ok::<(), ratewarden_tower::key::InvalidIpv6Prefix>(())
     /// ```
-    #[must_use]
-    pub const fn ipv6_prefix(mut self, prefix: u8) -> Self {
-        self.ipv6_prefix = if prefix > 128 { 128 } else { prefix };
-        self
+    pub const fn ipv6_prefix(mut self, prefix: u8) -> Result<Self, InvalidIpv6Prefix> {
+        if prefix == 0 || prefix > 128 {
+            return Err(InvalidIpv6Prefix(prefix));
+        }
+        self.ipv6_prefix = prefix;
+        Ok(self)
     }
 }
+
+/// An IPv6 prefix length that cannot group clients: 0 (every IPv6 client one key) or more
+/// than 128.
+///
+/// ```
+/// let error = ratewarden_tower::key::PeerIp::new().ipv6_prefix(129).unwrap_err();
+/// assert_eq!(error.to_string(), "an IPv6 prefix of 129 bits: use 1 to 128");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InvalidIpv6Prefix(pub(crate) u8);
+
+impl std::fmt::Display for InvalidIpv6Prefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "an IPv6 prefix of {} bits: use 1 to 128", self.0)
+    }
+}
+
+impl std::error::Error for InvalidIpv6Prefix {}
 
 impl Default for PeerIp {
     fn default() -> Self {
