@@ -785,12 +785,7 @@ where
     let layer = ratewarden_tower::RateLimitLayer::new(store, quota, |_: &http::Request<()>| {
         Some(Key::from("flapping"))
     });
-    let mut service =
-        tower::ServiceBuilder::new()
-            .layer(layer)
-            .service_fn(|_: http::Request<()>| async {
-                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-            });
+    let mut service = tower::Layer::layer(&layer, tower::service_fn(ok));
     let start = Instant::now();
     let mut admitted = Vec::new();
     let mut blackholed = false;
@@ -898,12 +893,7 @@ async fn an_outage_longer_than_the_burst_is_held_to_the_fallbacks_limit() {
     let layer = ratewarden_tower::RateLimitLayer::new(breaker, quota, |_: &http::Request<()>| {
         Some(Key::from("outage"))
     });
-    let mut service =
-        tower::ServiceBuilder::new()
-            .layer(layer)
-            .service_fn(|_: http::Request<()>| async {
-                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-            });
+    let mut service = tower::Layer::layer(&layer, tower::service_fn(ok));
     // One request every 10 ms: 100/s against 10/s. A second healthy, then 3 s of outage.
     let mut ask = async |for_: Duration| {
         let (mut admitted, mut denied) = (0_u32, 0_u32);
@@ -945,4 +935,9 @@ async fn an_outage_longer_than_the_burst_is_held_to_the_fallbacks_limit() {
         denied > admitted,
         "the fallback's limit was never reached: {denied} denied"
     );
+}
+
+/// The service behind the layer: every request answered `200`.
+async fn ok(_: http::Request<()>) -> Result<http::Response<String>, std::convert::Infallible> {
+    Ok(http::Response::new(String::new()))
 }

@@ -1006,36 +1006,6 @@ async fn the_local_cache_keeps_each_quota_of_a_key_apart() {
     }
 }
 
-/// What 16 tasks looping on one key for `run` get admitted across `gateways`, on `100/h`
-/// with a burst of 100.
-async fn admitted_by_16_tasks(gateways: Vec<RedisStore>, key: &str, run: Duration) -> u64 {
-    let quota = Quota::per_hour(100).unwrap().with_burst(100).unwrap();
-    let admitted = Arc::new(AtomicU64::new(0));
-    let until = Instant::now() + run;
-    let tasks: Vec<_> = (0..16)
-        .map(|task| {
-            let (store, admitted) = (gateways[task % gateways.len()].clone(), admitted.clone());
-            let key = Key::from(key);
-            tokio::spawn(async move {
-                while Instant::now() < until {
-                    let decision = match store.check_ready(&key, &quota, 1) {
-                        Some(result) => result.unwrap(),
-                        None => store.check(&key, &quota, 1).await.unwrap(),
-                    };
-                    if decision.is_allowed() {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    tokio::task::yield_now().await;
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    admitted.load(Ordering::Relaxed)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adaptive_split_hands_its_parts_exactly_what_the_key_had_left() {
     // Reproduced: split at 10 checks in 8 parts, 16 tasks looping on one key of `100/h`
@@ -1050,15 +1020,27 @@ async fn an_adaptive_split_hands_its_parts_exactly_what_the_key_had_left() {
             .build()
             .unwrap()
     };
-    let run = Duration::from_secs(2);
-    let unsplit = admitted_by_16_tasks(
+    // 16 tasks in all, looping on one key of `100/h` burst 100.
+    let (quota, run) = (
+        Quota::per_hour(100).unwrap().with_burst(100).unwrap(),
+        Duration::from_secs(2),
+    );
+    let unsplit = hammer(
         vec![config(server.url(), "unsplit").build().unwrap()],
-        "k",
+        16,
+        quota,
+        run,
+    );
+    let unsplit = unsplit.await.0;
+    let one = hammer(vec![adaptive("split-1")], 16, quota, run).await.0;
+    let two = hammer(
+        vec![adaptive("split-2"), adaptive("split-2")],
+        8,
+        quota,
         run,
     )
-    .await;
-    let one = admitted_by_16_tasks(vec![adaptive("split-1")], "k", run).await;
-    let two = admitted_by_16_tasks(vec![adaptive("split-2"), adaptive("split-2")], "k", run).await;
+    .await
+    .0;
     eprintln!("admitted of 100: unsplit {unsplit}, split on one gateway {one}, on two {two}");
     assert_eq!(unsplit, 100);
     // Parts round their shares up: a split may admit up to parts - 1 more, never less than 98%.

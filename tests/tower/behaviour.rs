@@ -396,15 +396,7 @@ async fn every_connection_of_a_real_server_shares_one_store() {
     });
     let mut statuses = Vec::new();
     for _ in 0..5 {
-        // A new connection each time.
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        statuses.push(response.split(' ').nth(1).unwrap().to_owned());
+        statuses.push(status_on_a_new_connection(addr).await);
     }
     assert_eq!(statuses, ["200", "200", "200", "429", "429"]);
     server.abort();
@@ -663,14 +655,7 @@ async fn a_server_without_connect_info_skips_every_request_and_the_layer_counts_
     });
     let mut statuses = Vec::new();
     for _ in 0..100 {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        statuses.push(response.split(' ').nth(1).unwrap().to_owned());
+        statuses.push(status_on_a_new_connection(addr).await);
     }
     server.abort();
     assert_eq!(statuses, ["200"; 100], "skipped, as configured");
@@ -811,4 +796,16 @@ async fn a_header_of_whitespace_only_is_no_key() {
         }
         assert_eq!(skip.skipped(), 3);
     }
+}
+
+/// The status code of `GET /` sent to `addr` on a connection of its own (a new peer port).
+async fn status_on_a_new_connection(addr: SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response.split(' ').nth(1).unwrap().to_owned()
 }

@@ -67,12 +67,7 @@ async fn owed_units_never_escape_through_a_request_dropped_before_its_answer() {
         // 10 at once, then one a minute.
         let quota = Quota::per_minute(1).unwrap().with_burst(10).unwrap();
         let layer = RateLimitLayer::new(store, quota, |_: &Request<()>| Some(Key::from("k")));
-        let mut service =
-            tower::ServiceBuilder::new()
-                .layer(layer)
-                .service_fn(|_: Request<()>| async {
-                    Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-                });
+        let mut service = tower::Layer::layer(&layer, tower::service_fn(ok));
         down.store(true, Ordering::SeqCst);
         let mut during = 0;
         for _ in 0..15 {
@@ -113,12 +108,7 @@ async fn owed_units_are_charged_to_the_quota_they_were_admitted_under() {
             })
         },
     );
-    let mut service =
-        tower::ServiceBuilder::new()
-            .layer(layer)
-            .service_fn(|_: Request<()>| async {
-                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-            });
+    let mut service = tower::Layer::layer(&layer, tower::service_fn(ok));
     down.store(true, Ordering::SeqCst);
     for _ in 0..100 {
         assert!(admitted(&mut service, "/cheap").await);
@@ -137,4 +127,9 @@ async fn owed_units_are_charged_to_the_quota_they_were_admitted_under() {
         cheap_admitted <= 2,
         "/cheap admitted {cheap_admitted} more after 100"
     );
+}
+
+/// The service behind the layer: every request answered `200`.
+async fn ok(_: http::Request<()>) -> Result<http::Response<String>, std::convert::Infallible> {
+    Ok(http::Response::new(String::new()))
 }
