@@ -436,6 +436,7 @@ impl RedisStore {
         while let (
             Reply::Decided {
                 decision: Decision::Denied(info),
+                unseeded,
                 ..
             },
             Counter::Part {
@@ -449,7 +450,7 @@ impl RedisStore {
             // A part its seed never reached (the splitting gateway's seed failed, or its
             // reply came too late to seed): once the seed has had its time, started with
             // nothing left, refilling from the split's start, and asked again.
-            if info.retry_after().is_zero()
+            if unseeded
                 && !reseeded
                 && call.mode != Mode::Peek
                 && hot.learnt_before(key, quota, now, self.timeout.saturating_mul(2))

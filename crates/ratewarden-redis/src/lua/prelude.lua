@@ -29,7 +29,8 @@
 -- {3, parts, split_for_us, epoch, 0, 0, 0}), 4 split by this call (then {4, parts,
 -- split_for_us, epoch, units left to the parts, 0, 0}: the caller seeds them); flag 1
 -- when the state was corrupt and was replaced by a spent one, 2 when it was corrupt and left
--- alone (a peek); granted the units counted.
+-- alone (a peek), 3 for a part its seed has not reached (`unseeded`); granted the units
+-- counted.
 -- The check's own values, set by `begin` at each call: the functions below are made once (when
 -- Redis loads the library, or once per `EVAL`), not at every check.
 local key, marker, now, test_time, absent_spent, keep_ms, split_slack
@@ -71,9 +72,9 @@ end
 -- The decision on a part of an adaptive split that its seed has not reached yet: denied,
 -- nothing written (so that the seed, which writes only a part that has no state, still
 -- lands), and to be retried at once rather than after a refill (the seed is a round trip
--- behind the split).
+-- behind the split); flag 3 says so.
 local function unseeded()
-  return {0, ARGV[5], 0, 0, 0}
+  return {0, ARGV[5], 0, 0, 0, 3}
 end
 
 -- Set by each algorithm: decide(cost, write), and spend(at), which writes a state spent at
@@ -110,7 +111,7 @@ end
 local function guarded(cost, write)
   local ok, result = pcall(decide, cost, write)
   if ok then
-    return reply(result, 0, cost)
+    return reply(result, result[6] or 0, cost)
   end
   local err = result
   if type(result) == 'table' then

@@ -451,6 +451,9 @@ pub(crate) enum Reply {
         /// The key's state could not be read and was replaced by a spent one (or, for a
         /// peek, was left as it is).
         corrupt: bool,
+        /// A part of an adaptive split that its seed has not reached yet: denied, nothing
+        /// written.
+        unseeded: bool,
         /// The units counted (a lease's batch, or the cost).
         granted: u32,
     },
@@ -500,7 +503,7 @@ impl Reply {
             Duration::from_micros(unsigned(b)?),
             Duration::from_micros(unsigned(c)?),
         );
-        // The units granted, and the flag (0 to 2).
+        // The units granted, and the flag (0 to 3: see `lua/prelude.lua`).
         let (granted, flag) = (unsigned(d)? / 4, d % 4);
         let decision = match outcome {
             1 => Decision::Allowed(info),
@@ -510,7 +513,8 @@ impl Reply {
         };
         Ok(Self::Decided {
             decision,
-            corrupt: flag != 0,
+            corrupt: flag == 1 || flag == 2,
+            unseeded: flag == 3,
             granted: u32::try_from(granted).map_err(|_| bad())?,
         })
     }
@@ -699,9 +703,16 @@ mod tests {
                     Duration::ZERO
                 )),
                 corrupt: true,
+                unseeded: false,
                 granted: 3,
             }
         );
+        // Flag 3: a part its seed has not reached, denied.
+        let unseeded = Reply::parse(&[0, 0, 0, 0, 3], 10).unwrap();
+        assert!(matches!(
+            unseeded,
+            Reply::Decided { unseeded: true, corrupt: false, decision, .. } if !decision.is_allowed()
+        ));
         // Two checks: a denial, then a split.
         let two = Replies::new(
             packed(&[0.0, 0.0, 5.0, 7.0, 0.0, 3.0, 8.0, 1e3, 42.0, 5.0]),
@@ -734,7 +745,7 @@ mod tests {
     fn replies_are_checked() {
         let decided = Reply::parse(&[1, 9, 100, 0, 4], 10).unwrap();
         assert!(
-            matches!(decided, Reply::Decided { decision, granted: 1, corrupt: false } if decision.is_allowed())
+            matches!(decided, Reply::Decided { decision, granted: 1, corrupt: false, unseeded: false } if decision.is_allowed())
         );
         assert!(matches!(
             Reply::parse(&[3, 8, 1_000, 42, 0], 10).unwrap(),
