@@ -1062,6 +1062,7 @@ async fn a_heavy_check_of_a_split_key_waits_for_the_split_to_end_and_is_never_re
         .build()
         .unwrap();
     let quota = Quota::per_second(1_000).unwrap().with_burst(1_000).unwrap();
+    warm_up_retrying(&store).await;
     let key = Key::from("victim");
     for _ in 0..60 {
         store.check(&key, &quota, 1).await.unwrap();
