@@ -68,6 +68,14 @@ impl AlgorithmState for FixedWindowState {
         }
     }
 
+    /// Takes the cost off the window it was counted in, if that is still the current one (a
+    /// window that ended no longer counts).
+    fn refund(&mut self, _now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota) {
+        if self.window == charged_at.as_micros() / quota.period_micros() {
+            self.count = self.count.saturating_sub(u64::from(cost));
+        }
+    }
+
     fn fresh_at(&self, quota: &Quota) -> u64 {
         if self.count == 0 {
             0

@@ -74,6 +74,17 @@ impl AlgorithmState for GcraState {
         }
     }
 
+    /// Moves the TAT back by what of the charge's emission time lies after `now`: the part
+    /// time has passed through is spent either way (a TAT behind the clock counts as the
+    /// clock).
+    fn refund(&mut self, now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota) {
+        let charge = quota
+            .emission_interval_micros()
+            .saturating_mul(u64::from(cost));
+        let elapsed = now.as_micros().saturating_sub(charged_at.as_micros());
+        self.tat = self.tat.saturating_sub(charge.saturating_sub(elapsed));
+    }
+
     fn fresh_at(&self, _quota: &Quota) -> u64 {
         self.tat
     }

@@ -168,6 +168,32 @@ pub trait AlgorithmState: Clone + Default + Send + Sync + 'static {
         }
     }
 
+    /// Gives back, at `now`, `cost` units that [`check`](Self::check) admitted at
+    /// `charged_at`. A store calls it to undo one limit's charge when another limit of the
+    /// same request denied.
+    ///
+    /// Never gives back more than the charge still holds: what time has already paid back of
+    /// it (a window that ended, a log entry that aged out, refill since the charge) stays
+    /// spent, so a refund never admits more than the state would have without the charge.
+    /// Refunded at once (`now == charged_at`, nothing checked in between), the state decides
+    /// every later check exactly as if the charge had never been made, except the token
+    /// bucket, whose refill in progress restarts at `now` (at most one token's interval
+    /// later than without the charge). The state must be the one the check admitted against.
+    ///
+    /// ```
+    /// use ratewarden_core::algorithm::{AlgorithmState, SlidingLogState};
+    /// use ratewarden_core::{Quota, Timestamp};
+    ///
+    /// let quota: Quota = "3/min sliding-log".parse()?;
+    /// let mut state = SlidingLogState::default();
+    /// let t = Timestamp::from_micros(1_000_000);
+    /// assert!(state.check(t, 2, &quota).is_allowed());
+    /// state.refund(t, t, 2, &quota);
+    /// assert!(state.check(t, 3, &quota).is_allowed());
+    /// # Ok::<(), ratewarden_core::ParseQuotaError>(())
+    /// ```
+    fn refund(&mut self, now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota);
+
     /// The time, in microseconds, from which this state behaves exactly like a fresh one:
     /// when a store may forget it (memory eviction, Redis TTL). 0 when it already does.
     fn fresh_at(&self, quota: &Quota) -> u64;

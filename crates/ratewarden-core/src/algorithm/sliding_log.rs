@@ -94,6 +94,18 @@ impl AlgorithmState for SlidingLogState {
         ))
     }
 
+    /// Removes `cost` of the entries stamped with the charge's time (entries of other checks
+    /// at that microsecond are alike): entries stamped at other times expire at theirs.
+    fn refund(&mut self, _now: Timestamp, charged_at: Timestamp, cost: u32, _quota: &Quota) {
+        let stamp = charged_at.as_nanos().div_ceil(1_000);
+        let mut left = cost as usize;
+        self.entries.retain(|&entry| {
+            let remove = left > 0 && entry == stamp;
+            left -= usize::from(remove);
+            !remove
+        });
+    }
+
     fn fresh_at(&self, quota: &Quota) -> u64 {
         self.expires_at(quota.period_micros())
     }

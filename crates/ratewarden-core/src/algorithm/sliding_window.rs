@@ -115,6 +115,18 @@ impl AlgorithmState for SlidingWindowState {
         Decision::Denied(info(limit, remaining, now, reset_at, allowed_at))
     }
 
+    /// Takes the cost off the window it was counted in: the current one, or the previous one
+    /// once the state moved on by one window.
+    fn refund(&mut self, _now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota) {
+        let cost = u64::from(cost);
+        let window = charged_at.as_micros() / quota.period_micros();
+        if self.window == window {
+            self.current = self.current.saturating_sub(cost);
+        } else if self.window == window.saturating_add(1) {
+            self.previous = self.previous.saturating_sub(cost);
+        }
+    }
+
     fn fresh_at(&self, quota: &Quota) -> u64 {
         self.forgotten_at(quota.period_micros())
     }

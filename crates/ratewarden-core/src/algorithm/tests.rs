@@ -115,6 +115,17 @@ fn any_quota_and_steps_both_ways() -> impl Strategy<Value = (Quota, Vec<Step>, u
     ]
 }
 
+/// [`quota_and_steps`] of any algorithm, the clock moving forward only.
+fn any_quota_and_steps_forward() -> impl Strategy<Value = (Quota, Vec<Step>, u64)> {
+    prop_oneof![
+        quota_and_steps(Algorithm::Gcra, false),
+        quota_and_steps(Algorithm::TokenBucket, false),
+        quota_and_steps(Algorithm::FixedWindow, false),
+        quota_and_steps(Algorithm::SlidingWindow, false),
+        quota_and_steps(Algorithm::SlidingLog, false),
+    ]
+}
+
 fn quota_and_steps(
     algorithm: Algorithm,
     backwards: bool,
@@ -695,4 +706,115 @@ fn a_state_a_store_could_not_have_written_is_spent_now_never_longer() {
         entries: std::iter::repeat_n(far, 10).collect(),
     };
     assert!(admitted_after(state, &log, now) <= second);
+}
+
+/// Runs `steps` on `state` from `start_ns`, returning every decision.
+fn decisions<S: AlgorithmState>(
+    mut state: S,
+    quota: &Quota,
+    steps: &[Step],
+    start_ns: u64,
+) -> Vec<Decision> {
+    let mut now = start_ns;
+    steps
+        .iter()
+        .map(|step| {
+            now += step.dt_ns;
+            state.check(Timestamp::from_nanos(now), step.cost, quota)
+        })
+        .collect()
+}
+
+/// A check refunded at once leaves a state that decides every later check as the state that
+/// never saw it.
+fn an_immediate_refund_is_exact<S: AlgorithmState>(
+    quota: &Quota,
+    steps: &[Step],
+    charge: u32,
+    start: u64,
+) -> Result<(), TestCaseError> {
+    let (before, after) = steps.split_at(steps.len() / 2);
+    let (mut state, now) = replay::<S>(quota, before, start);
+    let without = state.clone();
+    let at = Timestamp::from_nanos(now);
+    if state.check(at, charge, quota).is_allowed() {
+        state.refund(at, at, charge, quota);
+    }
+    prop_assert_eq!(
+        decisions(state, quota, after, now),
+        decisions(without, quota, after, now)
+    );
+    Ok(())
+}
+
+/// A check refunded after others were decided and time passed: at the refund, the state
+/// admits no more than the state that never saw the charge (checks in between that the two
+/// would decide differently end the comparison there).
+fn a_late_refund_is_never_more_lenient<S: AlgorithmState>(
+    quota: &Quota,
+    steps: &[Step],
+    charge: u32,
+    start: u64,
+) -> Result<(), TestCaseError> {
+    let (before, between) = steps.split_at(steps.len() / 2);
+    let (mut with, mut now) = replay::<S>(quota, before, start);
+    let mut without = with.clone();
+    let charged_at = Timestamp::from_nanos(now);
+    if !with.check(charged_at, charge, quota).is_allowed() {
+        return Ok(());
+    }
+    for step in between {
+        let at = Timestamp::from_nanos(now + step.dt_ns);
+        let (mut a, mut b) = (with.clone(), without.clone());
+        if a.check(at, step.cost, quota).is_allowed() != b.check(at, step.cost, quota).is_allowed()
+        {
+            break;
+        }
+        (with, without, now) = (a, b, now + step.dt_ns);
+    }
+    let at = Timestamp::from_nanos(now);
+    with.refund(at, charged_at, charge, quota);
+    let room = |mut state: S| {
+        (0..=quota.burst().max(quota.count()))
+            .take_while(|_| state.check(at, 1, quota).is_allowed())
+            .count()
+    };
+    prop_assert!(
+        room(with) <= room(without),
+        "more room after the refund than without the charge"
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn an_immediate_refund_undoes_its_charge(
+        (q, steps, start) in any_quota_and_steps_forward(),
+        charge in 0u32..6,
+    ) {
+        match q.algorithm() {
+            Algorithm::Gcra => an_immediate_refund_is_exact::<GcraState>(&q, &steps, charge, start)?,
+            // Its refill in progress restarts: bounded below, not exact.
+            Algorithm::TokenBucket => {}
+            Algorithm::FixedWindow => an_immediate_refund_is_exact::<FixedWindowState>(&q, &steps, charge, start)?,
+            Algorithm::SlidingWindow => an_immediate_refund_is_exact::<SlidingWindowState>(&q, &steps, charge, start)?,
+            Algorithm::SlidingLog => an_immediate_refund_is_exact::<SlidingLogState>(&q, &steps, charge, start)?,
+        }
+    }
+
+    #[test]
+    fn a_late_refund_never_gives_more_room_than_no_charge(
+        (q, steps, start) in any_quota_and_steps_forward(),
+        charge in 0u32..6,
+    ) {
+        match q.algorithm() {
+            Algorithm::Gcra => a_late_refund_is_never_more_lenient::<GcraState>(&q, &steps, charge, start)?,
+            Algorithm::TokenBucket => a_late_refund_is_never_more_lenient::<TokenBucketState>(&q, &steps, charge, start)?,
+            Algorithm::FixedWindow => a_late_refund_is_never_more_lenient::<FixedWindowState>(&q, &steps, charge, start)?,
+            Algorithm::SlidingWindow => a_late_refund_is_never_more_lenient::<SlidingWindowState>(&q, &steps, charge, start)?,
+            Algorithm::SlidingLog => a_late_refund_is_never_more_lenient::<SlidingLogState>(&q, &steps, charge, start)?,
+        }
+    }
 }

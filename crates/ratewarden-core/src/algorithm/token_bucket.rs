@@ -98,6 +98,21 @@ impl AlgorithmState for TokenBucketState {
         }
     }
 
+    /// Puts back the tokens not refilled since the charge (a bucket refilled in the meantime
+    /// may have been refilling them), and restarts the refill in progress at `now`: the charge
+    /// may have started it, on a full bucket.
+    fn refund(&mut self, now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota) {
+        let interval = quota.emission_interval_micros();
+        let n = now.as_micros();
+        let (mut next, _) = self.refilled(n, interval, u64::from(quota.burst()));
+        let refilled_since = n.saturating_sub(charged_at.as_micros()) / interval;
+        next.used = next
+            .used
+            .saturating_sub(u64::from(cost).saturating_sub(refilled_since));
+        next.last = next.last.max(n);
+        *self = next;
+    }
+
     fn fresh_at(&self, quota: &Quota) -> u64 {
         if self.used == 0 {
             0
