@@ -11,6 +11,7 @@ mod lone;
 mod queue;
 mod scale;
 mod server;
+mod several;
 mod slots;
 mod tls;
 mod work;

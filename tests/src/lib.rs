@@ -21,6 +21,7 @@ pub mod conformance;
 mod down;
 pub mod proxy;
 pub mod redis_server;
+pub mod several;
 
 pub use client_ip::{PROXIED_CLIENT, client_ip_case, proxied_request};
 pub use down::Down;

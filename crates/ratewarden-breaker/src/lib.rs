@@ -593,6 +593,17 @@ impl<S: Store, C: Clock> Store for CircuitBreaker<S, C> {
             .then(|| Err(StoreError::new(StoreErrorKind::CircuitOpen)))
     }
 
+    /// As [`check_ready`](Self::check_ready), for several limits.
+    fn check_all_ready(&self, limits: &[Limit]) -> Option<Result<Decisions, StoreError>> {
+        if let Some(result) = self.inner.store.check_all_ready(limits) {
+            return Some(result);
+        }
+        let now = self.inner.clock.now();
+        self.lock()
+            .rejects(now, &self.inner.settings)
+            .then(|| Err(StoreError::new(StoreErrorKind::CircuitOpen)))
+    }
+
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
         self.guarded(self.inner.store.peek(key, quota)).await
     }

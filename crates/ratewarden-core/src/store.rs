@@ -127,6 +127,22 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// [`check_all`](Self::check_all) at once, if this store can: as
+    /// [`check_ready`](Self::check_ready) is to [`check`](Self::check). `None` by default.
+    ///
+    /// ```
+    /// # use ratewarden_core::{Limit, Store};
+    /// # fn demo(store: &impl Store, limits: &[Limit]) {
+    /// if store.check_all_ready(limits).is_none() {
+    ///     // call `store.check_all(limits).await`
+    /// }
+    /// # }
+    /// ```
+    fn check_all_ready(&self, limits: &[Limit]) -> Option<Result<Decisions, StoreError>> {
+        let _ = limits;
+        None
+    }
+
     /// Whether a request of cost 1 would be admitted now, without counting it (and without
     /// creating state for an unknown key).
     ///
@@ -175,6 +191,10 @@ impl<S: Store> Store for Arc<S> {
         limits: &[Limit],
     ) -> impl Future<Output = Result<Decisions, StoreError>> + Send {
         (**self).check_all(limits)
+    }
+
+    fn check_all_ready(&self, limits: &[Limit]) -> Option<Result<Decisions, StoreError>> {
+        (**self).check_all_ready(limits)
     }
 
     fn peek(

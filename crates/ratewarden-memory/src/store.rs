@@ -15,8 +15,8 @@ use ratewarden_core::algorithm::{
     TokenBucketState,
 };
 use ratewarden_core::{
-    Algorithm, Clock, Decision, Info, Key, KeyRepr, MonotonicClock, Quota, Store, StoreError,
-    Timestamp,
+    Algorithm, Clock, Decision, Decisions, Info, Key, KeyRepr, Limit, MAX_LIMITS, MonotonicClock,
+    Quota, Store, StoreError, StoreErrorKind, Timestamp,
 };
 
 use crate::keys::{AnyKey, StoredBytes, StoredKey};
@@ -198,6 +198,65 @@ impl<C: Clock> MemoryStore<C> {
         self.inner.run(key, quota, now, Op::Check(cost))
     }
 
+    /// Checks a request against several limits together, synchronously: the decisions
+    /// [`Store::check_all`] returns, without a future.
+    ///
+    /// Every limit first decides on its state as it is, changing nothing, so a request one
+    /// limit refuses leaves every state exactly as it was. When all admit, each is charged in
+    /// turn; should one have been spent by another request in between, it denies and the
+    /// charges already made are refunded ([`AlgorithmState::refund`]): while they are, other
+    /// requests see less room than there is (never more).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::InvalidInput`](ratewarden_core::StoreErrorKind::InvalidInput) for
+    /// more than [`MAX_LIMITS`] limits.
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Limit, Quota};
+    /// let store = ratewarden_memory::MemoryStore::new();
+    /// let key = Key::from("user-7");
+    /// let limits = [
+    ///     Limit::new(key.clone(), Quota::per_second(10)?, 1),
+    ///     Limit::new(key, Quota::per_hour(2)?, 1),
+    /// ];
+    /// assert!(store.check_all_sync(&limits)?.is_allowed());
+    /// assert!(store.check_all_sync(&limits)?.is_allowed());
+    /// let third = store.check_all_sync(&limits)?;
+    /// assert_eq!(third.binding().map(|(i, _)| i), Some(1)); // the hourly limit denied
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_all_sync(&self, limits: &[Limit]) -> Result<Decisions, StoreError> {
+        if limits.len() > MAX_LIMITS {
+            return Err(StoreError::with_source(
+                StoreErrorKind::InvalidInput,
+                "more than 16 limits in one check",
+            ));
+        }
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        let mut decisions: Vec<Decision> = limits
+            .iter()
+            .map(|l| inner.run(l.key(), l.quota(), now, Op::Probe(l.cost())))
+            .collect();
+        if !decisions.iter().all(Decision::is_allowed) {
+            return Ok(Decisions::from(decisions));
+        }
+        let mut charged = Vec::with_capacity(limits.len());
+        for (i, limit) in limits.iter().enumerate() {
+            let (decision, at) =
+                inner.run_at(limit.key(), limit.quota(), now, Op::Check(limit.cost()));
+            let admitted = decision.is_allowed();
+            decisions[i] = decision;
+            if !admitted {
+                inner.refund(&limits[..i], &charged);
+                break;
+            }
+            charged.push(at);
+        }
+        Ok(Decisions::from(decisions))
+    }
+
     /// Forgets every key whose state equals a fresh one now; returns how many. Never needed
     /// for correctness or bounds (the store sweeps a few entries per new key), but frees
     /// memory after a burst of keys at a chosen moment.
@@ -233,41 +292,83 @@ struct Ask<'a> {
 enum Op {
     Check(u32),
     Peek,
+    /// A check of this cost that changes nothing.
+    Probe(u32),
+    /// Gives back a cost a check admitted.
+    Refund {
+        cost: u32,
+        charged_at: Timestamp,
+    },
     Remove,
+}
+
+impl Op {
+    /// Whether the operation makes state for a key that has none.
+    const fn creates(self) -> bool {
+        matches!(self, Self::Check(_))
+    }
 }
 
 /// What an operation found.
 enum Outcome {
     Decided(Decision),
-    /// Peek or remove of a key without state.
+    /// A check's decision, and the time it was decided at.
+    Charged(Decision, Timestamp),
+    /// Peek, probe, refund or remove of a key without state.
     Absent,
     Removed,
 }
 
 /// A slot that decides: GCRA's atomic, or any other algorithm's locked state.
 trait Decide: Slot {
-    /// Checks at `now`, a reading of `clock` taken before. A reading of a monotonic clock
-    /// that finds the state ahead of it is stale, never a step back: the state is not pulled
-    /// back to it.
-    fn check<C: Clock>(&self, now: Timestamp, cost: u32, quota: &Quota, clock: &C) -> Decision;
-    fn peek(&self, now: Timestamp, quota: &Quota) -> Decision;
-    /// A peek at a key without state.
-    fn peek_fresh(now: Timestamp, quota: &Quota) -> Decision;
+    /// The state, read (for a probe).
+    type State: AlgorithmState;
+
+    /// Checks at `now`, a reading of `clock` taken before, and says when it decided. A
+    /// reading of a monotonic clock that finds the state ahead of it is stale, never a step
+    /// back: the state is not pulled back to it.
+    fn check<C: Clock>(
+        &self,
+        now: Timestamp,
+        cost: u32,
+        quota: &Quota,
+        clock: &C,
+    ) -> (Decision, Timestamp);
+    /// Runs `f` on the state as it is.
+    fn inspect<R>(&self, f: impl FnOnce(&Self::State) -> R) -> R;
+    fn refund(&self, now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota);
 }
 
 impl Decide for AtomicU64 {
+    type State = GcraState;
+
     #[inline]
-    fn check<C: Clock>(&self, now: Timestamp, cost: u32, quota: &Quota, clock: &C) -> Decision {
-        gcra_check(self, now, cost, quota, clock.is_monotonic())
+    fn check<C: Clock>(
+        &self,
+        now: Timestamp,
+        cost: u32,
+        quota: &Quota,
+        clock: &C,
+    ) -> (Decision, Timestamp) {
+        (
+            gcra_check(self, now, cost, quota, clock.is_monotonic()),
+            now,
+        )
     }
 
-    fn peek(&self, now: Timestamp, quota: &Quota) -> Decision {
-        let tat = self.load(std::sync::atomic::Ordering::Acquire);
-        GcraState { tat }.peek(now, quota)
+    fn inspect<R>(&self, f: impl FnOnce(&GcraState) -> R) -> R {
+        f(&GcraState {
+            tat: self.load(std::sync::atomic::Ordering::Acquire),
+        })
     }
 
-    fn peek_fresh(now: Timestamp, quota: &Quota) -> Decision {
-        GcraState::default().peek(now, quota)
+    fn refund(&self, now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota) {
+        use std::sync::atomic::Ordering;
+        let _ = self.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+            let mut state = GcraState { tat };
+            state.refund(now, charged_at, cost, quota);
+            Some(state.tat)
+        });
     }
 }
 
@@ -275,7 +376,15 @@ impl<S: AlgorithmState> Decide for Locked<S>
 where
     Self: Slot,
 {
-    fn check<C: Clock>(&self, now: Timestamp, cost: u32, quota: &Quota, clock: &C) -> Decision {
+    type State = S;
+
+    fn check<C: Clock>(
+        &self,
+        now: Timestamp,
+        cost: u32,
+        quota: &Quota,
+        clock: &C,
+    ) -> (Decision, Timestamp) {
         self.update(quota, |state| {
             // Under the lock, a monotonic clock read again is never behind the readings that
             // decided before: the state is never ahead of it.
@@ -284,16 +393,24 @@ where
             } else {
                 now
             };
-            state.check(now, cost, quota)
+            (state.check(now, cost, quota), now)
         })
     }
 
-    fn peek(&self, now: Timestamp, quota: &Quota) -> Decision {
-        self.lock().0.peek(now, quota)
+    fn inspect<R>(&self, f: impl FnOnce(&S) -> R) -> R {
+        f(&self.lock().0)
     }
 
-    fn peek_fresh(now: Timestamp, quota: &Quota) -> Decision {
-        S::default().peek(now, quota)
+    fn refund(&self, now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota) {
+        self.update(quota, |state| state.refund(now, charged_at, cost, quota));
+    }
+}
+
+/// What `op` finds for a key without state: a fresh state's answer.
+fn fresh<S: AlgorithmState>(now: Timestamp, quota: &Quota, op: Op) -> Decision {
+    match op {
+        Op::Probe(cost) => S::default().check(now, cost, quota),
+        _ => S::default().peek(now, quota),
     }
 }
 
@@ -345,7 +462,7 @@ impl<C: Clock> Inner<C> {
         let LimitTables::Gcra(kinds) = &limit.tables else {
             return None;
         };
-        let check = |slot: &AtomicU64| slot.check(now, cost, quota, &self.clock);
+        let check = |slot: &AtomicU64| slot.check(now, cost, quota, &self.clock).0;
         match key.repr() {
             KeyRepr::Int(n) => seen(&kinds.int, &n, check),
             KeyRepr::Ip(ip) => seen(&kinds.ip, ip, check),
@@ -354,26 +471,52 @@ impl<C: Clock> Inner<C> {
         }
     }
 
+    /// Gives back the charges of `limits`, made at `charged` (one time each).
+    #[cold]
+    fn refund(&self, limits: &[Limit], charged: &[Timestamp]) {
+        // A monotonic clock's reading under a lock may be ahead of a reading taken now.
+        let now = charged
+            .iter()
+            .copied()
+            .fold(self.clock.now(), Timestamp::max);
+        for (limit, &charged_at) in limits.iter().zip(charged).rev() {
+            let cost = limit.cost();
+            self.run(
+                limit.key(),
+                limit.quota(),
+                now,
+                Op::Refund { cost, charged_at },
+            );
+        }
+    }
+
     #[inline]
     fn run(&self, key: &Key, quota: &Quota, now: Timestamp, op: Op) -> Decision {
+        self.run_at(key, quota, now, op).0
+    }
+
+    /// [`run`](Self::run), and the time it decided at.
+    fn run_at(&self, key: &Key, quota: &Quota, now: Timestamp, op: Op) -> (Decision, Timestamp) {
         let ask = Ask { quota, now, op };
-        match self.apply(key, ask) {
+        let decision = match self.apply(key, ask) {
+            Outcome::Charged(decision, at) => return (decision, at),
             Outcome::Decided(decision) => decision,
-            // A key without state peeks like a fresh one.
+            // A key without state peeks (and probes) like a fresh one.
             Outcome::Absent | Outcome::Removed => match quota.algorithm() {
-                Algorithm::Gcra => AtomicU64::peek_fresh(now, quota),
-                Algorithm::TokenBucket => Locked::<TokenBucketState>::peek_fresh(now, quota),
-                Algorithm::FixedWindow => Locked::<FixedWindowState>::peek_fresh(now, quota),
-                Algorithm::SlidingWindow => Locked::<SlidingWindowState>::peek_fresh(now, quota),
-                Algorithm::SlidingLog => Locked::<SlidingLogState>::peek_fresh(now, quota),
+                Algorithm::Gcra => fresh::<GcraState>(now, quota, op),
+                Algorithm::TokenBucket => fresh::<TokenBucketState>(now, quota, op),
+                Algorithm::FixedWindow => fresh::<FixedWindowState>(now, quota, op),
+                Algorithm::SlidingWindow => fresh::<SlidingWindowState>(now, quota, op),
+                Algorithm::SlidingLog => fresh::<SlidingLogState>(now, quota, op),
             },
-        }
+        };
+        (decision, now)
     }
 
     #[inline]
     fn apply(&self, key: &Key, ask: Ask<'_>) -> Outcome {
         let limits = &self.limits;
-        let create = matches!(ask.op, Op::Check(_));
+        let create = ask.op.creates();
         if let Some(limit) = limits.find(key.scope(), ask.quota, create) {
             return with_tables!(limits, &limit.tables, |kinds, overflow| {
                 self.in_kinds(kinds, overflow, limit.id, key, ask)
@@ -427,12 +570,13 @@ impl<C: Clock> Inner<C> {
         Q: Eq + Hash + ?Sized,
         V: Decide,
     {
-        let placed = match ask.op {
-            Op::Check(_) => self.limits.placed(cell),
-            Op::Peek | Op::Remove => match cell.get() {
+        let placed = if ask.op.creates() {
+            self.limits.placed(cell)
+        } else {
+            match cell.get() {
                 Some(placed) => placed,
                 None => return Outcome::Absent,
-            },
+            }
         };
         match placed {
             Placed::Own(table) => self.in_table(table, probe, make, ask),
@@ -449,13 +593,14 @@ impl<C: Clock> Inner<C> {
         key: &AnyKey,
         ask: Ask<'_>,
     ) -> Outcome {
-        let table = match ask.op {
-            Op::Check(_) => self.limits.overflow(cell),
-            Op::Peek | Op::Remove => cell.get().and_then(Option::as_ref),
+        let table = if ask.op.creates() {
+            self.limits.overflow(cell)
+        } else {
+            cell.get().and_then(Option::as_ref)
         };
         match table {
             Some(table) => self.in_table(table, key, || key.clone(), ask),
-            None if matches!(ask.op, Op::Check(_)) => Outcome::Decided(self.refuse(ask.quota)),
+            None if ask.op.creates() => Outcome::Charged(self.refuse(ask.quota), ask.now),
             None => Outcome::Absent,
         }
     }
@@ -478,8 +623,8 @@ impl<C: Clock> Inner<C> {
         match op {
             Op::Check(cost) => {
                 let check = |slot: &V| slot.check(now, cost, quota, &self.clock);
-                if let Some(decision) = table.get(hash, probe, check) {
-                    return Outcome::Decided(decision);
+                if let Some((decision, at)) = table.get(hash, probe, check) {
+                    return Outcome::Charged(decision, at);
                 }
                 // Seen for the first time: make room for it (see `Table`), then decide.
                 let now_us = now.as_micros();
@@ -495,11 +640,23 @@ impl<C: Clock> Inner<C> {
                     }
                     decided = table.get_or_insert(hash, probe, entry, now_us, budget, check);
                 }
-                Outcome::Decided(decided.unwrap_or_else(|| self.refuse(quota)))
+                let (decision, at) = decided.unwrap_or_else(|| (self.refuse(quota), now));
+                Outcome::Charged(decision, at)
             }
             Op::Peek => table
-                .get(hash, probe, |slot| slot.peek(now, quota))
+                .get(hash, probe, |slot| slot.inspect(|s| s.peek(now, quota)))
                 .map_or(Outcome::Absent, Outcome::Decided),
+            Op::Probe(cost) => table
+                .get(hash, probe, |slot| {
+                    slot.inspect(|s| s.clone().check(now, cost, quota))
+                })
+                .map_or(Outcome::Absent, Outcome::Decided),
+            Op::Refund { cost, charged_at } => {
+                table.get(hash, probe, |slot| {
+                    slot.refund(now, charged_at, cost, quota)
+                });
+                Outcome::Absent
+            }
             Op::Remove => {
                 table.remove(hash, probe, &self.limits.budget);
                 Outcome::Removed
@@ -555,6 +712,16 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
         Ok(self.check_sync(key, quota, cost))
+    }
+
+    /// Every limit decided in one pass over the store: see [`MemoryStore::check_all_sync`].
+    async fn check_all(&self, limits: &[Limit]) -> Result<Decisions, StoreError> {
+        self.check_all_sync(limits)
+    }
+
+    /// Always decides at once.
+    fn check_all_ready(&self, limits: &[Limit]) -> Option<Result<Decisions, StoreError>> {
+        Some(self.check_all_sync(limits))
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {

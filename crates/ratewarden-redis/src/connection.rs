@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use futures_util::future::{BoxFuture, Shared};
-use ratewarden_core::{StoreError, StoreErrorKind};
+use ratewarden_core::{StoreError, StoreErrorKind, Timestamp};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use crate::error::classify;
-use crate::script::{Entry, Invoke, LIBRARY, Replies, batch_command};
+use crate::script::{Entry, Invoke, LIBRARY, Replies, batch_command, limits_command};
 
 /// Where commands go.
 #[derive(Clone)]
@@ -63,6 +63,11 @@ impl Connection {
         !matches!(self.link, Link::Single(_))
     }
 
+    /// Whether the link is to a cluster, where the limits of one request go by slot.
+    pub(crate) const fn is_cluster(&self) -> bool {
+        matches!(self.link, Link::Cluster(_))
+    }
+
     pub(crate) const fn timeout(&self) -> Duration {
         self.timeout
     }
@@ -72,13 +77,7 @@ impl Connection {
     pub(crate) async fn eval_batch(&self, entries: &[&Entry]) -> Result<Replies, StoreError> {
         match self.eval_script(entries).await? {
             redis::Value::BulkString(bytes) => Replies::new(bytes, entries.len()),
-            other => {
-                let shown: String = format!("{other:?}").chars().take(200).collect();
-                Err(StoreError::with_source(
-                    StoreErrorKind::Script,
-                    format!("unexpected script reply {shown}"),
-                ))
-            }
+            other => Err(unexpected(&other)),
         }
     }
 
@@ -90,16 +89,45 @@ impl Connection {
     /// trip, never its source sent again. A user who may not run scripts loads the missing
     /// library and calls it instead.
     async fn eval_script(&self, entries: &[&Entry]) -> Result<redis::Value, StoreError> {
-        let entries = || entries.iter().copied();
+        self.run_code(|invoke| batch_command(entries.iter().copied(), invoke))
+            .await
+    }
+
+    /// Runs the limits of one request (each its own state, all in one slot) decided together
+    /// (`lua/all.lua`): their replies, and the time Redis decided them at.
+    pub(crate) async fn eval_limits(
+        &self,
+        entries: &[&Entry],
+    ) -> Result<(Replies, Timestamp), StoreError> {
+        let reply = self
+            .run_code(|invoke| limits_command(entries, invoke, false))
+            .await?;
+        match reply {
+            redis::Value::BulkString(bytes) => Replies::of_limits(bytes, entries.len()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Gives back what [`eval_limits`](Self::eval_limits) counted: `entries` in
+    /// [`Mode::Refund`](crate::script::Mode::Refund).
+    pub(crate) async fn refund_limits(&self, entries: &[&Entry]) -> Result<(), StoreError> {
+        self.run_code(|invoke| limits_command(entries, invoke, true))
+            .await
+            .map(drop)
+    }
+
+    /// Runs the code `command` calls as an [`Invoke`] says: the library's function, or the
+    /// script (see [`eval_script`](Self::eval_script)).
+    async fn run_code(
+        &self,
+        command: impl Fn(Invoke) -> redis::Cmd,
+    ) -> Result<redis::Value, StoreError> {
         let functions = || !self.functions.unavailable.load(Ordering::Relaxed);
         if functions() {
-            match self
-                .send(&batch_command(entries(), Invoke::Function))
-                .await?
-            {
+            match self.send(&command(Invoke::Function)).await? {
                 Err(error) if function_missing(&error) => {
                     if self.functions.no_scripts.load(Ordering::Relaxed) {
-                        return self.call_after_loading(entries()).await;
+                        return self.call_after_loading(&command).await;
                     }
                     self.load_library();
                 }
@@ -107,30 +135,30 @@ impl Connection {
                 result => return result.map_err(classify),
             }
         }
-        let result = match self.send(&batch_command(entries(), Invoke::Sha)).await? {
+        let result = match self.send(&command(Invoke::Sha)).await? {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.send(&batch_command(entries(), Invoke::Source)).await?
+                self.send(&command(Invoke::Source)).await?
             }
             result => result,
         };
         match result {
             Err(error) if functions() && scripts_denied(&error) => {
                 self.functions.no_scripts.store(true, Ordering::Relaxed);
-                self.call_after_loading(entries()).await
+                self.call_after_loading(&command).await
             }
             result => result.map_err(classify),
         }
     }
 
-    /// Loads the library, and calls its function for `entries`: for a user allowed functions
+    /// Loads the library, and calls its function by `command`: for a user allowed functions
     /// but not scripts, when the library is missing. "Already exists" (loaded meanwhile) is
     /// success.
-    async fn call_after_loading<'a>(
+    async fn call_after_loading(
         &self,
-        entries: impl ExactSizeIterator<Item = &'a Entry> + Clone,
+        command: impl Fn(Invoke) -> redis::Cmd,
     ) -> Result<redis::Value, StoreError> {
         let _: RedisResult<redis::Value> = self.send(&LIBRARY.load()).await?;
-        self.send(&batch_command(entries, Invoke::Function))
+        self.send(&command(Invoke::Function))
             .await?
             .map_err(classify)
     }
@@ -202,6 +230,15 @@ impl Connection {
             }
         })
     }
+}
+
+/// The error of a script's reply that is not what the scripts send.
+fn unexpected(reply: &redis::Value) -> StoreError {
+    let shown: String = format!("{reply:?}").chars().take(200).collect();
+    StoreError::with_source(
+        StoreErrorKind::Script,
+        format!("unexpected script reply {shown}"),
+    )
 }
 
 /// Every reply of [`WeakConnection::query_masters`]: each server's, named by its address on a

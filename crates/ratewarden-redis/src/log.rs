@@ -30,6 +30,16 @@ pub(crate) fn corrupt_state(name: &[u8]) {
     let _ = name;
 }
 
+/// A refund of limits a request's other limit denied failed: its units stay counted until
+/// they refill (warn).
+#[inline]
+pub(crate) fn refund_failed(error: &StoreError) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(%error, "a refund of rate-limit units failed: they stay counted until they refill");
+    #[cfg(not(feature = "tracing"))]
+    let _ = error;
+}
+
 /// A part of a split this gateway just made could not be started: it starts spent when first
 /// checked instead (debug).
 #[inline]
@@ -131,6 +141,7 @@ mod tests {
         let counts = Arc::new(Counts::default());
         tracing::subscriber::with_default(Counting(Arc::clone(&counts)), || {
             super::corrupt_state(b"rl:{i1}:00");
+            super::refund_failed(&ratewarden_core::StoreError::new(ratewarden_core::StoreErrorKind::Timeout));
             super::clock_skew(200_000, 100_000);
             super::replica_not_replaced(&redis::RedisError::from(std::io::Error::other("x")));
             super::functions_unavailable(&redis::RedisError::from(std::io::Error::other("x")));

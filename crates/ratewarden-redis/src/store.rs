@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratewarden_core::{
-    Clock, Decision, Info, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
+    Clock, Decision, Decisions, Info, Key, Limit, MonotonicClock, Quota, Store, StoreError,
+    StoreErrorKind, Timestamp,
 };
 
 use crate::batch::Batcher;
@@ -15,6 +16,8 @@ use crate::hot_keys::HotKeyState;
 use crate::lease::Leases;
 use crate::script::{Call, Counter, Mode, Reply, figures, marker_key, state_key};
 use crate::time::between;
+
+mod several;
 
 /// A [`Store`] in Redis or Redis Cluster; see the [crate docs](crate). Clones share one
 /// multiplexed connection (per cluster node), or one pool, and one local front.
@@ -232,6 +235,32 @@ impl RedisStore {
                 }
             })
             .collect()
+    }
+
+    /// [`Store::check_all`] at `now` on Redis's side (each limit's time, as
+    /// [`check_at`](Self::check_at) takes it): for tests that compare several limits with a
+    /// model.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Store::check_all`].
+    ///
+    /// ```no_run
+    /// # async fn demo(store: ratewarden_redis::RedisStore) -> Result<(), ratewarden_core::StoreError> {
+    /// use ratewarden_core::{Key, Limit, Quota, Timestamp};
+    /// let at = Timestamp::from_micros(1_700_000_000_000_000);
+    /// let limits = [Limit::new(Key::from(7u64), Quota::per_second(1).unwrap(), 1)];
+    /// assert!(store.check_all_at(&limits, at).await?.is_allowed());
+    /// assert!(!store.check_all_at(&limits, at).await?.is_allowed());
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "test-util")]
+    pub async fn check_all_at(
+        &self,
+        limits: &[Limit],
+        now: Timestamp,
+    ) -> Result<Decisions, StoreError> {
+        self.decide_all(limits, Some(now)).await
     }
 
     /// This store with one queue for every key, as if every state's queue number (a hash of
@@ -686,6 +715,18 @@ impl Store for RedisStore {
             _ => {}
         }
         Ok(decision)
+    }
+
+    /// Every limit decided in Redis together: one script call for the limits of one cluster
+    /// slot (all of them on a single server), calls to several slots in parallel. Limits on
+    /// one key and quota count as one, their costs summed. A request denied by one slot's
+    /// limit is refunded where another slot counted it before the answer returns (a second
+    /// round trip for such a denial); while the calls are in flight other requests may see
+    /// less room than there is (never more), and a refund that fails leaves the units counted
+    /// until they refill. Leases, hot-key splits and the cache of denials are
+    /// for single checks: every `check_all` goes to Redis.
+    async fn check_all(&self, limits: &[Limit]) -> Result<Decisions, StoreError> {
+        self.decide_all(limits, None).await
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {

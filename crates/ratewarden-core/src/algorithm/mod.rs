@@ -176,9 +176,9 @@ pub trait AlgorithmState: Clone + Default + Send + Sync + 'static {
     /// it (a window that ended, a log entry that aged out, refill since the charge) stays
     /// spent, so a refund never admits more than the state would have without the charge.
     /// Refunded at once (`now == charged_at`, nothing checked in between), the state decides
-    /// every later check exactly as if the charge had never been made, except the token
-    /// bucket, whose refill in progress restarts at `now` (at most one token's interval
-    /// later than without the charge). The state must be the one the check admitted against.
+    /// every later check exactly as if the charge had never been made. Refunded later, the
+    /// token bucket's refill in progress restarts at `now` (at most one token's interval later
+    /// than without the charge). The state must be the one the check admitted against.
     ///
     /// ```
     /// use ratewarden_core::algorithm::{AlgorithmState, SlidingLogState};

@@ -796,8 +796,7 @@ proptest! {
     ) {
         match q.algorithm() {
             Algorithm::Gcra => an_immediate_refund_is_exact::<GcraState>(&q, &steps, charge, start)?,
-            // Its refill in progress restarts: bounded below, not exact.
-            Algorithm::TokenBucket => {}
+            Algorithm::TokenBucket => an_immediate_refund_is_exact::<TokenBucketState>(&q, &steps, charge, start)?,
             Algorithm::FixedWindow => an_immediate_refund_is_exact::<FixedWindowState>(&q, &steps, charge, start)?,
             Algorithm::SlidingWindow => an_immediate_refund_is_exact::<SlidingWindowState>(&q, &steps, charge, start)?,
             Algorithm::SlidingLog => an_immediate_refund_is_exact::<SlidingLogState>(&q, &steps, charge, start)?,

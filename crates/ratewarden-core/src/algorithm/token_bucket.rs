@@ -99,8 +99,9 @@ impl AlgorithmState for TokenBucketState {
     }
 
     /// Puts back the tokens not refilled since the charge (a bucket refilled in the meantime
-    /// may have been refilling them), and restarts the refill in progress at `now`: the charge
-    /// may have started it, on a full bucket.
+    /// may have been refilling them). Refunded later than the charge, it restarts the refill
+    /// in progress at `now`: the charge may have started it, on a full bucket, and other
+    /// charges since kept it going.
     fn refund(&mut self, now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota) {
         let interval = quota.emission_interval_micros();
         let n = now.as_micros();
@@ -109,7 +110,9 @@ impl AlgorithmState for TokenBucketState {
         next.used = next
             .used
             .saturating_sub(u64::from(cost).saturating_sub(refilled_since));
-        next.last = next.last.max(n);
+        if n > charged_at.as_micros() {
+            next.last = next.last.max(n);
+        }
         *self = next;
     }
 

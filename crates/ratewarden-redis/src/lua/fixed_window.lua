@@ -15,6 +15,14 @@ spend = function(at)
   expire_at((window + 1) * period)
 end
 
+-- Takes the cost off the window it was counted in, if that is still the current one.
+refund = function(cost, charged_at)
+  local state = redis.call('HMGET', key, 'w', 'c')
+  if state[1] and number(state[1]) == idiv(charged_at, period) then
+    redis.call('HSET', key, 'c', at_least_zero(number(state[2]) - cost))
+  end
+end
+
 decide = function(cost, write)
   local state = redis.call('HMGET', key, 'w', 'c')
   local window, count = 0, 0

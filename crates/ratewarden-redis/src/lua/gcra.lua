@@ -23,6 +23,19 @@ spend = function(at)
   redis.call('SET', key, tat, 'PX', ttl_ms(tat))
 end
 
+-- Moves the TAT back by what of the charge's emission time lies after now.
+refund = function(cost, charged_at)
+  local stored = redis.call('GET', key)
+  if not stored then
+    return
+  end
+  local give = at_least_zero(cost * interval - at_least_zero(now - charged_at))
+  if give > 0 then
+    local tat = at_least_zero(number(stored) - give)
+    redis.call('SET', key, tat, 'PX', ttl_ms(tat))
+  end
+end
+
 decide = function(cost, write)
   local stored = redis.call('GET', key)
   local tat = 0

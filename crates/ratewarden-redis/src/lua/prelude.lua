@@ -13,7 +13,10 @@
 -- ARGV[1]  'c' check (count the cost if it fits), 'p' peek (count nothing), 'l' lease (count
 --          as much as there is up to ARGV[9], at least the cost), 'h' split the key (promote or
 --          renew: ARGV[9] parts, ARGV[10] hold in µs, ARGV[11] margin in µs), 'i' start a part
---          of a new split, if it has no state yet, with ARGV[9] units left at ARGV[10] (µs)
+--          of a new split, if it has no state yet, with ARGV[9] units left at ARGV[10] (µs),
+--          'q' decide the cost without counting it (one limit of several, `all.lua`), 'r'
+--          give back the cost a check counted at ARGV[9] (µs; `refund`, mirroring
+--          ratewarden-core's `AlgorithmState::refund`)
 -- ARGV[2]  the cost
 -- ARGV[3]  now in microseconds, or '' for the Redis server's clock (TIME, read once per batch)
 -- ARGV[4]  the algorithm's figure (interval or period, µs), ARGV[5] its limit
@@ -77,12 +80,14 @@ local function unseeded()
   return {0, ARGV[5], 0, 0, 0, 3}
 end
 
--- Set by each algorithm: decide(cost, write), and spend(at), which writes a state spent at
--- `at` (fully used, refilling from then on; never less spent than it is). GCRA and the token
--- bucket also set seed(at, units), which writes a state with `units` left at `at`.
+-- Set by each algorithm: decide(cost, write), spend(at), which writes a state spent at `at`
+-- (fully used, refilling from then on; never less spent than it is), and refund(cost,
+-- charged_at). GCRA and the token bucket also set seed(at, units), which writes a state with
+-- `units` left at `at`.
 local decide
 local spend
 local seed
+local refund
 
 -- A decision as the script replies it: with its flag, and the units it counted.
 local function reply(r, flag, cost)
@@ -164,6 +169,14 @@ local function main()
       seed(ARGV[10], ARGV[9])
     end
     return {1, 0, 0, 0, 0, 0, 0}
+  end
+  if mode == 'q' then
+    return guarded(cost, false)
+  end
+  if mode == 'r' then
+    -- A state that cannot be read is left as it is: it denies until replaced.
+    pcall(refund, cost, ARGV[9])
+    return {1, ARGV[5], 0, 0, 0, 0, 0}
   end
   if marker then
     local m = read_marker()

@@ -18,6 +18,13 @@ spend = function(at)
   expire_at(at + period)
 end
 
+-- Removes `cost` of the entries stamped with the charge's time.
+refund = function(cost, charged_at)
+  if cost > 0 then
+    redis.call('LREM', key, -cost, charged_at)
+  end
+end
+
 decide = function(cost, write)
   local entries = redis.call('LRANGE', key, 0, -1)
   -- No log is longer than its limit (nor could one of more than 8,000 be written back).

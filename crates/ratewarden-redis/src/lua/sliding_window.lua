@@ -32,6 +32,21 @@ spend = function(at)
   expire_at(forgotten_at(window, limit, 0))
 end
 
+-- Takes the cost off the window it was counted in: the current one, or the previous one.
+refund = function(cost, charged_at)
+  local state = redis.call('HMGET', key, 'w', 'c', 'p')
+  if not state[1] then
+    return
+  end
+  local window = number(state[1])
+  local charged = idiv(charged_at, period)
+  if window == charged then
+    redis.call('HSET', key, 'c', at_least_zero(number(state[2]) - cost))
+  elseif window == charged + 1 then
+    redis.call('HSET', key, 'p', at_least_zero(number(state[3]) - cost))
+  end
+end
+
 decide = function(cost, write)
   local state = redis.call('HMGET', key, 'w', 'c', 'p')
   local window, current, previous = 0, 0, 0

@@ -25,6 +25,38 @@ spend = function(at)
   expire_at(last + capacity * interval)
 end
 
+-- Puts back the tokens not refilled since the charge; refunded later than the charge, restarts
+-- the refill in progress now.
+refund = function(cost, charged_at)
+  local state = redis.call('HMGET', key, 'u', 'l')
+  if not state[1] then
+    return
+  end
+  local used, last = number(state[1]), number(state[2])
+  if used > capacity then
+    used = capacity
+  end
+  if now < last then
+    last = now
+  else
+    local tokens = idiv(now - last, interval)
+    if tokens >= used then
+      used = 0
+      last = now
+    else
+      used = used - tokens
+      last = last + tokens * interval
+    end
+  end
+  local refilled = idiv(at_least_zero(now - charged_at), interval)
+  used = at_least_zero(used - at_least_zero(cost - refilled))
+  if now > charged_at and last < now then
+    last = now
+  end
+  redis.call('HSET', key, 'u', used, 'l', last)
+  expire_at(last + used * interval)
+end
+
 decide = function(cost, write)
   local state = redis.call('HMGET', key, 'u', 'l')
   local used, last = 0, 0

@@ -6,7 +6,9 @@ mod names;
 mod wire;
 
 pub(crate) use names::{Counter, MAX_PREFIX_LEN, marker_key, state_key};
-pub(crate) use wire::{Call, Entry, Mode, Numbers, Replies, Reply, batch_command, figures};
+pub(crate) use wire::{
+    Call, Entry, Mode, Numbers, Replies, Reply, batch_command, figures, limits_command,
+};
 
 use std::sync::LazyLock;
 
@@ -69,6 +71,7 @@ macro_rules! every_check {
             algorithm!("w", "../lua/sliding_window.lua"),
             algorithm!("l", "../lua/sliding_log.lua"),
             include_str!("../lua/batch.lua"),
+            include_str!("../lua/all.lua"),
         )
     };
 }
@@ -103,6 +106,14 @@ static BATCH: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 
+/// The script that decides several limits of a request together (`lua/all.lua`).
+static ALL: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(concat!(every_check!(), "return packed(all(KEYS, ARGV))\n")));
+
+/// The script that gives back what [`ALL`] counted (`lua/all.lua`).
+static REFUND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(concat!(every_check!(), "return refund_all(KEYS, ARGV)\n")));
+
 /// The library of Redis functions (7.0 and later): every check and the batch, made once when
 /// the server loads it rather than at every call as a script's are: Redis spends a quarter
 /// less on a check alone and a third less per check in a batch of 8 (BENCHMARKS.md). Named by a hash of its code, so that
@@ -110,8 +121,9 @@ static BATCH: LazyLock<Lua> = LazyLock::new(|| {
 pub(crate) struct Library {
     /// `#!lua name=...` and the code, for `FUNCTION LOAD`.
     source: String,
-    /// The functions for a check alone, by algorithm, then the batch's.
-    functions: [String; 6],
+    /// The functions for a check alone, by algorithm, then the batch's, then those of
+    /// several limits.
+    functions: [String; 8],
 }
 
 pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
@@ -120,7 +132,7 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     Library {
         source: format!("#!lua name={name}\nlocal prefix = '{name}_'\n{code}"),
         functions: [
-            LETTERS[0], LETTERS[1], LETTERS[2], LETTERS[3], LETTERS[4], "batch",
+            LETTERS[0], LETTERS[1], LETTERS[2], LETTERS[3], LETTERS[4], "batch", "all", "refund",
         ]
         .map(|suffix| format!("{name}_{suffix}")),
     }
@@ -136,9 +148,11 @@ impl Library {
 }
 
 /// How the code names the algorithms (`run[letter]`), in the order of
-/// [`algorithm_index`]; the batch comes after them.
+/// [`algorithm_index`]; the batch and the code of several limits come after them.
 const LETTERS: [&str; 5] = ["g", "t", "f", "w", "l"];
 const BATCH_INDEX: usize = LETTERS.len();
+const ALL_INDEX: usize = BATCH_INDEX + 1;
+const REFUND_INDEX: usize = BATCH_INDEX + 2;
 
 const fn algorithm_index(algorithm: Algorithm) -> usize {
     match algorithm {
@@ -150,10 +164,10 @@ const fn algorithm_index(algorithm: Algorithm) -> usize {
     }
 }
 
-/// The command that runs a check of `alone`'s algorithm by itself, or (`None`) a batch, its
-/// code named as `invoke` says; the caller adds its keys and arguments.
-fn invocation(invoke: Invoke, alone: Option<Algorithm>) -> redis::Cmd {
-    let code = alone.map_or(BATCH_INDEX, algorithm_index);
+/// The command that runs the code numbered `code` (an algorithm's check alone, by
+/// [`algorithm_index`], or one of the `*_INDEX`), named as `invoke` says; the caller adds its
+/// keys and arguments.
+fn invocation(invoke: Invoke, code: usize) -> redis::Cmd {
     match invoke {
         Invoke::Function => {
             let mut cmd = redis::cmd("FCALL");
@@ -168,6 +182,8 @@ fn invocation(invoke: Invoke, alone: Option<Algorithm>) -> redis::Cmd {
                 &SLIDING_WINDOW,
                 &SLIDING_LOG,
                 &BATCH,
+                &ALL,
+                &REFUND,
             ][code];
             if invoke == Invoke::Sha {
                 let mut cmd = redis::cmd("EVALSHA");

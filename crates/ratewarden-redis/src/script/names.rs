@@ -109,6 +109,19 @@ pub(crate) fn state_key(prefix: &str, key: &Key, quota: &Quota, counter: Counter
     name
 }
 
+/// The Redis Cluster slot of the key named `name`: the CRC16 of its hash tag (what lies
+/// between its first `{` and the next `}`, when not empty), else of the whole name.
+pub(crate) fn slot_of(name: &[u8]) -> u16 {
+    let tag = name.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &name[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        Some(&rest[..close]).filter(|tag| !tag.is_empty())
+    });
+    let crc = crc16::State::<crc16::XMODEM>::calculate(tag.unwrap_or(name));
+    // (`SLOTS` is 2^14: the slot is the CRC's low 14 bits.)
+    crc % 16_384
+}
+
 /// The name of the split marker of the key named `name` (in the same slot).
 pub(crate) fn marker_key(name: &[u8]) -> Vec<u8> {
     let mut marker = Vec::with_capacity(name.len() + 2);

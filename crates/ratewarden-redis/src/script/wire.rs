@@ -32,6 +32,8 @@ pub(crate) enum Mode {
     /// Start a part of a new split, if it has no state yet, with `units` left at `at` (the
     /// split's epoch, on Redis's clock).
     Seed { units: u64, at: Timestamp },
+    /// Give back the cost a check counted at `charged_at` (on the clock it was decided by).
+    Refund { charged_at: Timestamp },
 }
 
 impl Mode {
@@ -43,6 +45,7 @@ impl Mode {
             Self::Lease { .. } => "l",
             Self::Split { .. } => "h",
             Self::Seed { .. } => "i",
+            Self::Refund { .. } => "r",
         }
     }
 }
@@ -125,6 +128,7 @@ impl Call<'_> {
             Mode::Seed { units, at } => {
                 args.extend([Arg::Number(units), Arg::Number(at.as_micros())]);
             }
+            Mode::Refund { charged_at } => args.extend([Arg::Number(charged_at.as_micros())]),
             Mode::Check | Mode::Peek => {}
         }
         Entry {
@@ -161,6 +165,7 @@ fn work(algorithm: Algorithm, mode: Mode, cost: u32, limit: u64) -> u32 {
         Mode::Peek => (2, 0),
         Mode::Lease { batch } => (2, u64::from(batch).max(cost).min(limit)),
         Mode::Split { .. } | Mode::Seed { .. } => (1, limit),
+        Mode::Refund { .. } => (1, 0),
     };
     let entries = decisions * limit + LOG_WRITE_WEIGHT * written;
     u32::try_from(1 + entries.div_ceil(LOG_ENTRIES_PER_UNIT)).unwrap_or(u32::MAX)
@@ -234,6 +239,11 @@ impl Entry {
     /// batch may hold is counted in these ([`crate::batch`]).
     pub(crate) const fn work(&self) -> u32 {
         self.work
+    }
+
+    /// The Redis Cluster slot of the check's state.
+    pub(crate) fn slot(&self) -> u16 {
+        super::names::slot_of(&self.name)
     }
 
     /// Whether the two checks are of the same state (the same name: one cluster slot).
@@ -324,6 +334,32 @@ impl Replies {
         }
     }
 
+    /// The reply of a call over `limits` limits decided together (`lua/all.lua`): their
+    /// numbers, and the time they were decided at.
+    pub(crate) fn of_limits(
+        mut bytes: Vec<u8>,
+        limits: usize,
+    ) -> Result<(Self, Timestamp), StoreError> {
+        let time = bytes
+            .len()
+            .checked_sub(8)
+            .map(|at| bytes.split_off(at))
+            .and_then(|time| Some(f64::from_le_bytes(time.try_into().ok()?)))
+            .filter(|&micros| {
+                micros.fract() == 0.0 && (0.0..9_007_199_254_740_992.0).contains(&micros)
+            });
+        let replies = Self::new(bytes, limits)?;
+        match time {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            // integral, 0 to 2^53
+            Some(micros) => Ok((replies, Timestamp::from_micros(micros as u64))),
+            None => Err(StoreError::with_source(
+                StoreErrorKind::Script,
+                "a reply to several limits without their time",
+            )),
+        }
+    }
+
     /// Each check's numbers, in order.
     pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = Numbers> + '_ {
         self.0.chunks_exact(REPLY_LEN * 8).map(|check| {
@@ -362,7 +398,10 @@ pub(crate) fn batch_command<'a>(
 ) -> redis::Cmd {
     let alone = entries.len() == 1;
     let first = entries.clone().next().map(|entry| entry.algorithm);
-    let mut cmd = super::invocation(invoke, first.filter(|_| alone));
+    let code = first
+        .filter(|_| alone)
+        .map_or(super::BATCH_INDEX, algorithm_index);
+    let mut cmd = super::invocation(invoke, code);
     if alone {
         for entry in entries {
             cmd.arg(entry.keys()).arg(&entry.name);
@@ -410,6 +449,27 @@ pub(crate) fn batch_command<'a>(
         shape.push_args(&mut cmd, 0);
     }
     cmd.arg(checks);
+    cmd
+}
+
+/// A call over the limits of one request (each its own state, all in one slot), decided
+/// together by `lua/all.lua`; or, for entries in [`Mode::Refund`], giving back what such a
+/// call counted.
+pub(crate) fn limits_command(entries: &[&Entry], invoke: Invoke, refund: bool) -> redis::Cmd {
+    let code = if refund {
+        super::REFUND_INDEX
+    } else {
+        super::ALL_INDEX
+    };
+    let mut cmd = super::invocation(invoke, code);
+    cmd.arg(entries.len());
+    for entry in entries {
+        cmd.arg(&entry.name);
+    }
+    for entry in entries {
+        cmd.arg(LETTERS[algorithm_index(entry.algorithm)]);
+        entry.push_args(&mut cmd, entry.cost());
+    }
     cmd
 }
 
