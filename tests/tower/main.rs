@@ -8,4 +8,6 @@ mod fuzz_corpus;
 mod grpc;
 mod headers;
 mod jwt;
+mod policy;
 mod support;
+mod tenant;

@@ -141,7 +141,9 @@ mod tests {
         let counts = Arc::new(Counts::default());
         tracing::subscriber::with_default(Counting(Arc::clone(&counts)), || {
             super::corrupt_state(b"rl:{i1}:00");
-            super::refund_failed(&ratewarden_core::StoreError::new(ratewarden_core::StoreErrorKind::Timeout));
+            super::refund_failed(&ratewarden_core::StoreError::new(
+                ratewarden_core::StoreErrorKind::Timeout,
+            ));
             super::clock_skew(200_000, 100_000);
             super::replica_not_replaced(&redis::RedisError::from(std::io::Error::other("x")));
             super::functions_unavailable(&redis::RedisError::from(std::io::Error::other("x")));

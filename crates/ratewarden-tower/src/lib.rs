@@ -16,8 +16,12 @@
 //!
 //! - [`rate_limit`]: the layer, its service and future, headers, rejections, shadow mode,
 //!   per-route quotas and costs.
+//! - [`policy`]: several named limits per request decided together, chosen by rules (route,
+//!   method, header), with allow and deny lists, from code or a policy file that reloads.
 //! - [`key`]: whose quota a request uses: peer IP, client IP behind trusted proxies, a header,
 //!   a verified JWT claim, an extension, or everyone.
+//! - [`tenant`]: quotas per tenant from the application: a resolver of plans behind a
+//!   bounded cache with single flight, a lookup timeout and an answer for failures.
 //! - [`breaker`]: a circuit breaker in front of a store; with
 //!   [`FailureMode`](rate_limit::FailureMode), what each layer does while the store fails (let
 //!   requests through, answer 503, or decide on a local share of the quota).
@@ -106,6 +110,7 @@
 //! | `tracing` | no | `tracing` events for denials (keys as unlinkable fingerprints), missing keys and store errors |
 //! | `metrics` | no | counters through the `metrics` facade (the table above) |
 //! | `serde` | no | `Serialize`/`Deserialize` for [`Quota`] and [`Algorithm`] in their string forms |
+//! | `policy-file` | no | [`policy::load_file`] (TOML and YAML policy files) and [`policy::watch`], which reloads one when it changes |
 //! | `full` | no | all of the above but `jwt-aws-lc-rs` |
 //!
 //! Pick one JWT backend. If your application already uses `jsonwebtoken` with a backend, turn
@@ -118,7 +123,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod key;
+pub mod policy;
 pub mod rate_limit;
+pub mod tenant;
 
 pub use rate_limit::{RateLimit, RateLimitLayer};
 /// The circuit breaker in front of a store (the `ratewarden-breaker` crate).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use http::Response;
+use http::{HeaderMap, Response};
 use pin_project_lite::pin_project;
 use ratewarden_core::Info;
 
@@ -15,7 +15,21 @@ use super::body::ResponseBody;
 use super::headers::PolicyHeaders;
 
 type BoxFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
-type Headers = Option<(Arc<PolicyHeaders>, Info)>;
+
+/// The rate-limit headers an admitted request's response gets.
+pub(crate) enum Headers {
+    None,
+    /// One limit's, formatted when the response comes (the rate-limit layer).
+    One(Arc<PolicyHeaders>, Info),
+    /// Fields made already (the policy layer's, an item per limit).
+    Fields(HeaderMap),
+}
+
+impl From<Option<(Arc<PolicyHeaders>, Info)>> for Headers {
+    fn from(headers: Option<(Arc<PolicyHeaders>, Info)>) -> Self {
+        headers.map_or(Self::None, |(policy, info)| Self::One(policy, info))
+    }
+}
 
 pin_project! {
     /// The response future of [`RateLimit`](super::RateLimit): the inner service's response
@@ -60,8 +74,16 @@ impl<F, B, E> ResponseFuture<F, B, E> {
 /// Wraps the inner response's body and adds the rate-limit headers.
 pub(crate) fn finish<B>(response: Response<B>, headers: Headers) -> Response<ResponseBody<B>> {
     let (mut parts, body) = response.into_parts();
-    if let Some((policy, info)) = headers {
-        policy.apply(&mut parts.headers, &info);
+    match headers {
+        Headers::None => {}
+        Headers::One(policy, info) => policy.apply(&mut parts.headers, &info),
+        Headers::Fields(fields) => {
+            for (name, value) in fields {
+                if let Some(name) = name {
+                    parts.headers.insert(name, value);
+                }
+            }
+        }
     }
     Response::from_parts(parts, ResponseBody::inner(body))
 }
@@ -76,7 +98,8 @@ where
         match self.project().state.project() {
             StateProj::Inner { future, headers } => {
                 let response = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(finish(response, headers.take())))
+                let headers = std::mem::replace(headers, Headers::None);
+                Poll::Ready(Ok(finish(response, headers)))
             }
             StateProj::Ready { response } => {
                 let response = response

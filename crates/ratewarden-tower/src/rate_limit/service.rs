@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::failure::{Failed, Owed};
-use super::future::ResponseFuture;
+use super::future::{Headers, ResponseFuture};
 use super::headers::PolicyHeaders;
 use super::observe::{self, Event};
 use super::problem;
@@ -377,14 +377,14 @@ where
         let shared = &*self.shared;
         let config = &shared.config;
         if config.exempt_preflight && is_preflight(&req) {
-            return ResponseFuture::inner(self.inner.call(req), None);
+            return ResponseFuture::inner(self.inner.call(req), Headers::None);
         }
         let Some(quota) = shared.policy.quota(&req) else {
-            return ResponseFuture::inner(self.inner.call(req), None);
+            return ResponseFuture::inner(self.inner.call(req), Headers::None);
         };
         let Some(key) = shared.key.extract(&req).map(|key| key.scoped(config.scope)) else {
             return match shared.missing_key(&req) {
-                None => ResponseFuture::inner(self.inner.call(req), None),
+                None => ResponseFuture::inner(self.inner.call(req), Headers::None),
                 Some(answer) => ResponseFuture::ready(answer),
             };
         };
@@ -394,7 +394,9 @@ where
         let charged = cost + owed.units();
         if let Some(result) = shared.store.check_ready(&key, &quota, charged) {
             return match shared.outcome(result, &key, quota, (cost, owed), &req) {
-                Outcome::Allow(headers) => ResponseFuture::inner(self.inner.call(req), headers),
+                Outcome::Allow(headers) => {
+                    ResponseFuture::inner(self.inner.call(req), headers.into())
+                }
                 Outcome::Reject(response) => ResponseFuture::ready(response),
             };
         }
@@ -408,7 +410,7 @@ where
             match shared.outcome(result, &key, quota, (cost, owed), &req) {
                 Outcome::Allow(headers) => {
                     let response = inner.call(req).await?;
-                    Ok(super::future::finish(response, headers))
+                    Ok(super::future::finish(response, headers.into()))
                 }
                 Outcome::Reject(response) => Ok(response.map(ResponseBody::full)),
             }

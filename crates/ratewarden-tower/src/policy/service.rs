@@ -1,0 +1,443 @@
+//! [`PolicyService`]: how one request is decided, step by step.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use ratewarden_core::{Decision, Decisions, Limit, MAX_LIMITS, Store, Timestamp};
+use ratewarden_memory::MemoryStore;
+use tower_service::Service;
+
+use super::handle::{PolicyHandle, Snapshot};
+use super::headers::{self, Applied};
+use super::keys::{Keys, RequestKeys};
+use super::layer::OnStoreError;
+use super::observe::{self, Outcome};
+use super::rule::Action;
+use crate::rate_limit::future::{Headers, ResponseFuture, finish};
+use crate::rate_limit::{
+    DefaultRejection, DenialReason, Denied, HeaderStyle, MissingKey, Rejection, ResponseBody,
+};
+
+/// The layer's settings.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) style: HeaderStyle,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) on_store_error: OnStoreError,
+    pub(crate) deny_status: StatusCode,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            style: HeaderStyle::default(),
+            missing_key: MissingKey::default(),
+            on_store_error: OnStoreError::default(),
+            deny_status: StatusCode::FORBIDDEN,
+        }
+    }
+}
+
+/// What a layer and its services share.
+pub(crate) struct Shared<St, B> {
+    pub(crate) store: Arc<St>,
+    pub(crate) keys: Keys<B>,
+    pub(crate) handle: PolicyHandle,
+    pub(crate) config: Config,
+    /// The local store of [`OnStoreError::Fallback`], made when the store first fails.
+    pub(crate) fallback: OnceLock<MemoryStore>,
+}
+
+/// The checks one request needs: its limits for the store, and how they map to the limits
+/// shown in its headers.
+struct Plan {
+    limits: Vec<Limit>,
+    applied: Vec<Applied>,
+    shadow: bool,
+}
+
+/// What a store's failure leaves the layer to do.
+enum AfterFailure {
+    /// The local fallback decided.
+    Decided(Decisions),
+    /// Call the inner service, uncounted.
+    Pass,
+    /// Answer with this response.
+    Answer(Response<Bytes>),
+}
+
+/// What the layer does with a request before the store is asked.
+enum Step {
+    /// Call the inner service, with no rate-limit headers.
+    Pass,
+    /// Answer with this response.
+    Answer(Response<Bytes>),
+    /// Check these limits.
+    Check(Plan),
+}
+
+impl<St, B> Shared<St, B> {
+    /// Decides what `req` needs, on one policy snapshot: deny list, allow list, the rules,
+    /// then each limit's key.
+    fn plan(&self, req: &Request<B>, snapshot: &Snapshot, now: Timestamp) -> Step {
+        let policy = &snapshot.policy;
+        let mut keys = RequestKeys::new(&self.keys, req);
+        if !policy.denied().is_empty() && policy.denied().contains(&mut keys) {
+            observe::count(Outcome::DenyListed);
+            return Step::Answer(self.refuse(req));
+        }
+        if !policy.allowed().is_empty() && policy.allowed().contains(&mut keys) {
+            observe::count(Outcome::AllowListed);
+            return Step::Pass;
+        }
+        let verdict = policy.verdict(req, route(req));
+        match verdict.action {
+            Action::Allow => {
+                observe::count(Outcome::RuleAllowed);
+                return Step::Pass;
+            }
+            Action::Deny => {
+                observe::count(Outcome::RuleDenied);
+                return Step::Answer(self.refuse(req));
+            }
+            Action::Limit | Action::Shadow => {}
+        }
+        let mut plan = Plan {
+            limits: Vec::with_capacity(verdict.limits.len()),
+            applied: Vec::with_capacity(verdict.limits.len()),
+            shadow: verdict.action == Action::Shadow,
+        };
+        // Each limit under its own scope, so that two names never share a bucket.
+        for &(limit, cost) in &verdict.limits {
+            let Some(key) = keys.get(limit.key()) else {
+                match self.missing_key(req, &keys, limit.key(), plan.shadow) {
+                    None => continue,
+                    Some(answer) => return Step::Answer(answer),
+                }
+            };
+            plan.applied.push(Applied {
+                limit: limit.clone(),
+                checks: vec![plan.limits.len()],
+            });
+            plan.limits
+                .push(Limit::new(key.scoped(limit.scope()), *limit.quota(), cost));
+        }
+        // Then the previous quotas a reload changed, newest first, while they fit.
+        for &(limit, cost) in &verdict.limits {
+            let Some(applied) = plan
+                .applied
+                .iter()
+                .position(|a| a.limit.name() == limit.name())
+            else {
+                continue;
+            };
+            for previous in snapshot.previous(limit.name(), now) {
+                if plan.limits.len() >= MAX_LIMITS {
+                    break;
+                }
+                let Some(key) = keys.get(previous.key()) else {
+                    continue;
+                };
+                plan.applied[applied].checks.push(plan.limits.len());
+                plan.limits.push(Limit::new(
+                    key.scoped(previous.scope()),
+                    *previous.quota(),
+                    cost,
+                ));
+            }
+        }
+        if plan.limits.is_empty() {
+            return Step::Pass;
+        }
+        Step::Check(plan)
+    }
+
+    /// The answer to a request without the key `name` (`None`: leave that limit out).
+    fn missing_key(
+        &self,
+        req: &Request<B>,
+        keys: &RequestKeys<'_, B>,
+        name: &str,
+        shadow: bool,
+    ) -> Option<Response<Bytes>> {
+        let (challenge, unusable) = keys.missing(name);
+        let skip = matches!(self.config.missing_key, MissingKey::Skip);
+        if skip && !unusable {
+            return None;
+        }
+        observe::count(Outcome::MissingKey);
+        if shadow {
+            return None;
+        }
+        let missing = if skip {
+            let status = if challenge.is_some() {
+                StatusCode::UNAUTHORIZED
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            MissingKey::Reject(status)
+        } else {
+            self.config.missing_key.clone()
+        };
+        missing.answer(is_grpc(req), challenge)
+    }
+
+    /// The answer of the deny list and of `deny` rules.
+    fn refuse(&self, req: &Request<B>) -> Response<Bytes> {
+        MissingKey::Reject(self.config.deny_status)
+            .answer(is_grpc(req), None)
+            .unwrap_or_default()
+    }
+
+    /// The 429 for `decisions`, with its headers.
+    fn rejection(&self, plan: &Plan, decisions: &Decisions, grpc: bool) -> Response<Bytes> {
+        let binding = decisions.binding();
+        let (info, reason, name, quota) = match binding {
+            Some((i, decision)) => {
+                let reason = if matches!(decision, Decision::InsufficientCapacity(_)) {
+                    DenialReason::InsufficientCapacity
+                } else {
+                    DenialReason::RateLimited
+                };
+                let shown = plan.applied.iter().find(|a| a.checks.contains(&i));
+                (
+                    *decision.info(),
+                    reason,
+                    shown.map_or_else(
+                        || Arc::from("default"),
+                        |a| Arc::clone(a.limit.shown_name()),
+                    ),
+                    plan.limits.get(i).map(|l| *l.quota()),
+                )
+            }
+            None => return Response::default(),
+        };
+        let Some(quota) = quota else {
+            return Response::default();
+        };
+        let denied = Denied {
+            info,
+            quota,
+            name,
+            reason,
+            grpc,
+        };
+        let (mut parts, body) = DefaultRejection.response(&denied).into_parts();
+        headers::apply(
+            &mut parts.headers,
+            self.config.style,
+            &plan.applied,
+            decisions,
+            true,
+        );
+        Response::from_parts(parts, body)
+    }
+}
+
+impl<St: Store, B> Shared<St, B> {
+    /// What the store's failure leaves the layer to do.
+    fn on_store_error(
+        &self,
+        error: &ratewarden_core::StoreError,
+        limits: &[Limit],
+        grpc: bool,
+        shadow: bool,
+    ) -> AfterFailure {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(%error, mode = ?self.config.on_store_error, "rate-limit store failed");
+        #[cfg(not(feature = "tracing"))]
+        let _ = error;
+        match self.config.on_store_error {
+            OnStoreError::Open => {
+                observe::count(Outcome::FailureOpen);
+                AfterFailure::Pass
+            }
+            OnStoreError::Closed => {
+                observe::count(Outcome::FailureClosed);
+                if shadow {
+                    return AfterFailure::Pass;
+                }
+                let mut answer = MissingKey::Reject(StatusCode::SERVICE_UNAVAILABLE)
+                    .answer(grpc, None)
+                    .unwrap_or_default();
+                answer
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+                AfterFailure::Answer(answer)
+            }
+            OnStoreError::Fallback => {
+                observe::count(Outcome::Fallback);
+                let store = self.fallback.get_or_init(MemoryStore::new);
+                match store.check_all_sync(limits) {
+                    Ok(decisions) => AfterFailure::Decided(decisions),
+                    // (More limits than a store decides together: the plan never makes them.)
+                    Err(_) => AfterFailure::Pass,
+                }
+            }
+        }
+    }
+}
+
+/// The route a request is matched by: axum's matched path when there is one, else the URI
+/// path.
+fn route<B>(req: &Request<B>) -> &str {
+    #[cfg(feature = "axum")]
+    if let Some(matched) = req.extensions().get::<axum::extract::MatchedPath>() {
+        return matched.as_str();
+    }
+    req.uri().path()
+}
+
+/// A gRPC call: a `POST` with a gRPC content type (as the rate-limit layer decides it).
+fn is_grpc<B>(req: &Request<B>) -> bool {
+    req.method() == Method::POST
+        && req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The service made by [`PolicyLayer`](super::PolicyLayer); see the [module docs](super).
+pub struct PolicyService<S, St, B> {
+    inner: S,
+    shared: Arc<Shared<St, B>>,
+}
+
+impl<S, St, B> PolicyService<S, St, B> {
+    pub(crate) const fn new(inner: S, shared: Arc<Shared<St, B>>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The inner service.
+    ///
+    /// See the [module example](super).
+    pub const fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Unwraps the inner service.
+    ///
+    /// See the [module example](super).
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, St, B> Clone for PolicyService<S, St, B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, St, B> fmt::Debug for PolicyService<S, St, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyService")
+            .field("inner", &self.inner)
+            .field("handle", &self.shared.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, St, B, ResBody> Service<Request<B>> for PolicyService<S, St, B>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+    ResBody: Send + 'static,
+    St: Store,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        // One snapshot for the whole request: it never sees two policies.
+        let (snapshot, now) = self.shared.handle.load();
+        let plan = match self.shared.plan(&req, &snapshot, now) {
+            Step::Pass => return ResponseFuture::inner(self.inner.call(req), Headers::None),
+            Step::Answer(response) => return ResponseFuture::ready(response),
+            Step::Check(plan) => plan,
+        };
+        drop(snapshot);
+        let grpc = is_grpc(&req);
+        // A store that decides at once (the memory store): no future to box.
+        if let Some(result) = self.shared.store.check_all_ready(&plan.limits) {
+            return match self.shared.decided(result, &plan, grpc) {
+                Verdict::Serve(headers) => ResponseFuture::inner(self.inner.call(req), headers),
+                Verdict::Answer(response) => ResponseFuture::ready(response),
+            };
+        }
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        ResponseFuture::boxed(Box::pin(async move {
+            let result = shared.store.check_all(&plan.limits).await;
+            match shared.decided(result, &plan, grpc) {
+                Verdict::Serve(headers) => Ok(finish(inner.call(req).await?, headers)),
+                Verdict::Answer(response) => Ok(response.map(ResponseBody::full)),
+            }
+        }))
+    }
+}
+
+/// What the layer does once the limits are decided.
+enum Verdict {
+    /// Call the inner service; its response gets these headers.
+    Serve(Headers),
+    /// Answer with this response.
+    Answer(Response<Bytes>),
+}
+
+impl<St: Store, B> Shared<St, B> {
+    /// What to do with a request whose limits the store decided as `result`.
+    fn decided(
+        &self,
+        result: Result<Decisions, ratewarden_core::StoreError>,
+        plan: &Plan,
+        grpc: bool,
+    ) -> Verdict {
+        let decisions = match result {
+            Ok(decisions) => decisions,
+            Err(error) => match self.on_store_error(&error, &plan.limits, grpc, plan.shadow) {
+                AfterFailure::Decided(decisions) => decisions,
+                AfterFailure::Pass => return Verdict::Serve(Headers::None),
+                AfterFailure::Answer(answer) => return Verdict::Answer(answer),
+            },
+        };
+        let admitted = decisions.is_allowed();
+        if !admitted && !plan.shadow {
+            observe::count(Outcome::Denied);
+            #[cfg(feature = "tracing")]
+            tracing::debug!(
+                retry_after_s = headers::retry_after(&decisions),
+                "policy limit exceeded"
+            );
+            return Verdict::Answer(self.rejection(plan, &decisions, grpc));
+        }
+        observe::count(if admitted {
+            Outcome::Allowed
+        } else {
+            Outcome::ShadowDenied
+        });
+        let mut fields = HeaderMap::new();
+        headers::apply(
+            &mut fields,
+            self.config.style,
+            &plan.applied,
+            &decisions,
+            false,
+        );
+        Verdict::Serve(Headers::Fields(fields))
+    }
+}
