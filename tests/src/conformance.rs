@@ -128,6 +128,31 @@ pub async fn store_conforms<S: Store>(store: &S) {
     }
 }
 
+/// A probe must admit its cost and never counts: a request with a probe of a spent state
+/// (a ban) is denied and charges nothing; with a probe of a fresh one, it is admitted and the
+/// probe's state stays fresh. `a` has 97 left under `loose`.
+async fn probes_conform<S: Store>(store: &S, a: &Key, loose: &Quota) {
+    let ban = Key::from("several-ban");
+    let one: Quota = "1/h sliding-log".parse().unwrap();
+    let left =
+        async |key: &Key, quota: &Quota| store.peek(key, quota).await.unwrap().info().remaining();
+    let request = [
+        Limit::new(a.clone(), *loose, 1),
+        Limit::probe(ban.clone(), one, 1),
+    ];
+    assert!(store.check_all(&request).await.unwrap().is_allowed());
+    assert_eq!((left(a, loose).await, left(&ban, &one).await), (96, 1));
+    store.check(&ban, &one, 1).await.unwrap();
+    let banned = store.check_all(&request).await.unwrap();
+    assert_eq!(banned.binding().map(|(i, _)| i), Some(1));
+    assert_eq!(
+        left(a, loose).await,
+        96,
+        "a request its probe denied was counted"
+    );
+    store.reset(&ban, &one).await.unwrap();
+}
+
 /// Several limits on one request: all admit and all count, or none counts (a store that
 /// decides one limit at a time answers `Unsupported`, counting nothing); no limits admit; one
 /// limit is a check; more than 16 are refused, counting nothing.
@@ -169,6 +194,7 @@ async fn several_limits_conform<S: Store>(store: &S) {
             let decisions = store.check_all(&pair).await.unwrap();
             assert!(decisions.is_allowed());
             assert_eq!((left(&a, &loose).await, left(&b, &strict).await), (97, 0));
+            probes_conform(store, &a, &loose).await;
         }
         Err(error) => {
             assert_eq!(error.kind(), StoreErrorKind::Unsupported, "{error}");

@@ -77,7 +77,9 @@ impl Model {
                     .unwrap_or_else(|| State::new(limit.quota().algorithm())),
             };
             decisions.push(state.check(now, limit.cost(), limit.quota()));
-            trial.push((id, state));
+            if limit.is_counted() {
+                trial.push((id, state));
+            }
         }
         if decisions.iter().all(Decision::is_allowed) {
             self.states.extend(trial);

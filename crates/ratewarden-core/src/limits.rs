@@ -6,7 +6,9 @@ use crate::{Decision, Key, Quota};
 /// The most limits one [`check_all`](crate::Store::check_all) decides together.
 pub const MAX_LIMITS: usize = 16;
 
-/// One limit of a request: `cost` units of `key` under `quota`.
+/// One limit of a request: `cost` units of `key` under `quota`, counted when every limit of
+/// the request admits; or, made by [`Limit::probe`], a limit that must admit the cost but
+/// counts nothing (a ban, say: a state spent while the ban stands).
 ///
 /// ```
 /// use ratewarden_core::{Key, Limit, Quota};
@@ -19,6 +21,7 @@ pub struct Limit {
     key: Key,
     quota: Quota,
     cost: u32,
+    counted: bool,
 }
 
 impl Limit {
@@ -32,7 +35,40 @@ impl Limit {
     /// ```
     #[must_use]
     pub const fn new(key: Key, quota: Quota, cost: u32) -> Self {
-        Self { key, quota, cost }
+        Self {
+            key,
+            quota,
+            cost,
+            counted: true,
+        }
+    }
+
+    /// A limit that must admit `cost` units of `key` under `quota` for the request to be
+    /// admitted, and counts nothing whatever the outcome: its state is read, never written.
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Limit, Quota};
+    /// let banned = Limit::probe(Key::from("ip:203.0.113.9"), Quota::per_hour(1)?, 1);
+    /// assert!(!banned.is_counted());
+    /// assert!(Limit::new(Key::from("ip"), Quota::per_hour(1)?, 1).is_counted());
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    pub const fn probe(key: Key, quota: Quota, cost: u32) -> Self {
+        Self {
+            key,
+            quota,
+            cost,
+            counted: false,
+        }
+    }
+
+    /// Whether an admitted request counts this limit's cost (see [`Limit::probe`]).
+    ///
+    /// See [`Limit::probe`] for an example.
+    #[must_use]
+    pub const fn is_counted(&self) -> bool {
+        self.counted
     }
 
     /// The key counted.

@@ -60,10 +60,12 @@ pub trait Store: Send + Sync + 'static {
     /// limit admits its cost and all are counted, or none is counted and the answer says
     /// which denied ([`Decisions::binding`]).
     ///
-    /// The default decides one limit by [`check`](Self::check) and no limits as admitted;
-    /// for several it answers [`StoreErrorKind::Unsupported`] (counting nothing), as a store
-    /// that checks one limit at a time cannot keep them all-or-nothing. A store that can
-    /// overrides it.
+    /// A [probe](Limit::probe) must admit its cost like any limit, and is never counted.
+    ///
+    /// The default decides one counted limit by [`check`](Self::check) and no limits as
+    /// admitted; for several, or a probe, it answers [`StoreErrorKind::Unsupported`]
+    /// (counting nothing), as a store that checks one limit at a time cannot keep them
+    /// all-or-nothing. A store that can overrides it.
     ///
     /// # Errors
     ///
@@ -87,7 +89,7 @@ pub trait Store: Send + Sync + 'static {
         async move {
             match limits {
                 [] => Ok(Decisions::default()),
-                [one] => {
+                [one] if one.is_counted() => {
                     let decision = self.check(one.key(), one.quota(), one.cost()).await?;
                     Ok(Decisions::from(vec![decision]))
                 }

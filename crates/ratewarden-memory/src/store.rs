@@ -202,8 +202,8 @@ impl<C: Clock> MemoryStore<C> {
     /// [`Store::check_all`] returns, without a future.
     ///
     /// Every limit first decides on its state as it is, changing nothing, so a request one
-    /// limit refuses leaves every state exactly as it was. When all admit, each is charged in
-    /// turn; should one have been spent by another request in between, it denies and the
+    /// limit refuses leaves every state exactly as it was. When all admit, each counted limit
+    /// (not a [probe](Limit::probe)) is charged in turn; should one have been spent by another request in between, it denies and the
     /// charges already made are refunded ([`AlgorithmState::refund`]): while they are, other
     /// requests see less room than there is (never more).
     ///
@@ -244,15 +244,18 @@ impl<C: Clock> MemoryStore<C> {
         }
         let mut charged = Vec::with_capacity(limits.len());
         for (i, limit) in limits.iter().enumerate() {
+            if !limit.is_counted() {
+                continue;
+            }
             let (decision, at) =
                 inner.run_at(limit.key(), limit.quota(), now, Op::Check(limit.cost()));
             let admitted = decision.is_allowed();
             decisions[i] = decision;
             if !admitted {
-                inner.refund(&limits[..i], &charged);
+                inner.refund(&charged);
                 break;
             }
-            charged.push(at);
+            charged.push((limit, at));
         }
         Ok(Decisions::from(decisions))
     }
@@ -471,15 +474,12 @@ impl<C: Clock> Inner<C> {
         }
     }
 
-    /// Gives back the charges of `limits`, made at `charged` (one time each).
+    /// Gives back the charges of limits, each made at its time.
     #[cold]
-    fn refund(&self, limits: &[Limit], charged: &[Timestamp]) {
+    fn refund(&self, charged: &[(&Limit, Timestamp)]) {
         // A monotonic clock's reading under a lock may be ahead of a reading taken now.
-        let now = charged
-            .iter()
-            .copied()
-            .fold(self.clock.now(), Timestamp::max);
-        for (limit, &charged_at) in limits.iter().zip(charged).rev() {
+        let now = (charged.iter().map(|&(_, at)| at)).fold(self.clock.now(), Timestamp::max);
+        for &(limit, charged_at) in charged.iter().rev() {
             let cost = limit.cost();
             self.run(
                 limit.key(),

@@ -6,8 +6,9 @@
 -- is decided once.
 --
 -- KEYS  the state of each limit, each once, all in one cluster slot
--- ARGV  per limit 4: its algorithm's letter ('g', 't', 'f', 'w', 'l'), its mode, its
---       missing-state letter and its numbers, as a check alone sends them (args.lua)
+-- ARGV  per limit 4: its algorithm's letter ('g', 't', 'f', 'w', 'l'), its mode ('c' counted,
+--       'q' a probe, which must admit and is never counted), its missing-state letter and its
+--       numbers, as a check alone sends them (args.lua)
 -- Returns each limit's reply (reply.lua), then the time the limits were decided at (µs),
 -- which a refund of their charges names (`refund_all`).
 
@@ -32,6 +33,7 @@ local function all(KEYS, ARGV)
   local replies = {}
   local admitted = true
   for i, limit in ipairs(limits) do
+    limit.counted = limit[2][1] == 'c'
     limit[2][1] = 'q'
     local r = limit[1]({KEYS[i]}, limit[2])
     append_reply(replies, 5 * (i - 1), r)
@@ -39,7 +41,7 @@ local function all(KEYS, ARGV)
   end
   for i, limit in ipairs(limits) do
     -- (flag 2: a state that could not be read, left alone by the first pass)
-    if admitted or replies[5 * i] % 4 == 2 then
+    if (admitted and limit.counted) or replies[5 * i] % 4 == 2 then
       limit[2][1] = 'c'
       append_reply(replies, 5 * (i - 1), limit[1]({KEYS[i]}, limit[2]))
     end

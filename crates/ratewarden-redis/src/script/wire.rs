@@ -20,6 +20,8 @@ pub(crate) enum Mode {
     Check,
     /// Count nothing.
     Peek,
+    /// Decide the cost, count nothing (a probe among several limits: `lua/all.lua`).
+    Probe,
     /// Count as much as there is, up to `batch`, and at least the cost.
     Lease { batch: u32 },
     /// Split the key (or renew its split) for `hold`; the key itself admits nothing until
@@ -42,6 +44,7 @@ impl Mode {
         match self {
             Self::Check => "c",
             Self::Peek => "p",
+            Self::Probe => "q",
             Self::Lease { .. } => "l",
             Self::Split { .. } => "h",
             Self::Seed { .. } => "i",
@@ -129,7 +132,7 @@ impl Call<'_> {
                 args.extend([Arg::Number(units), Arg::Number(at.as_micros())]);
             }
             Mode::Refund { charged_at } => args.extend([Arg::Number(charged_at.as_micros())]),
-            Mode::Check | Mode::Peek => {}
+            Mode::Check | Mode::Peek | Mode::Probe => {}
         }
         Entry {
             algorithm: self.quota.algorithm(),
@@ -163,6 +166,7 @@ fn work(algorithm: Algorithm, mode: Mode, cost: u32, limit: u64) -> u32 {
     let (decisions, written) = match mode {
         Mode::Check => (1, cost),
         Mode::Peek => (2, 0),
+        Mode::Probe => (1, 0),
         Mode::Lease { batch } => (2, u64::from(batch).max(cost).min(limit)),
         Mode::Split { .. } | Mode::Seed { .. } => (1, limit),
         Mode::Refund { .. } => (1, 0),

@@ -16,7 +16,8 @@ use super::{RedisStore, unexpected_split};
 use crate::script::{Call, Counter, Entry, Mode, Reply, figures};
 
 /// One state a request's limits count against: the first limit naming it, and the cost of
-/// every limit that does (limits on one key and quota are one state).
+/// every limit that does (counted limits on one key and quota are one state, their costs
+/// summed; so are probes, the largest cost deciding).
 struct State {
     first: usize,
     cost: u32,
@@ -39,14 +40,24 @@ impl RedisStore {
             ));
         }
         let (states, state_of) = merged(limits);
-        if let ([state], None) = (&states[..], now) {
+        if let ([state], None) = (&states[..], now)
+            && limits[state.first].is_counted()
+        {
             // One state: a check like any other (leases, the cache of denials, hot keys).
             let limit = &limits[state.first];
             let decision = self.check(limit.key(), limit.quota(), state.cost).await?;
             return Ok(Decisions::from(vec![decision; limits.len()]));
         }
         let entries: Vec<Entry> = (states.iter())
-            .map(|state| self.entry(&limits[state.first], state.cost, Mode::Check, now))
+            .map(|state| {
+                let limit = &limits[state.first];
+                let mode = if limit.is_counted() {
+                    Mode::Check
+                } else {
+                    Mode::Probe
+                };
+                self.entry(limit, state.cost, mode, now)
+            })
             .collect();
         let groups = self.groups(&entries);
         let connection = self.batcher.connection();
@@ -87,13 +98,18 @@ impl RedisStore {
                     let refund = Mode::Refund { charged_at: *at };
                     let now = now.map(|_| *at);
                     (group.iter())
-                        .map(|&i| self.entry(&limits[states[i].first], states[i].cost, refund, now))
+                        .map(|&i| (&limits[states[i].first], states[i].cost))
+                        .filter(|(limit, _)| limit.is_counted())
+                        .map(|(limit, cost)| self.entry(limit, cost, refund, now))
                         .collect()
                 })
+                .filter(|entries: &Vec<Entry>| !entries.is_empty())
                 .collect();
             // In a task of its own, which the answer waits for: a caller that stops waiting
             // does not leave the units counted.
-            let _ = tokio::spawn(self.refund(refunds)).await;
+            if !refunds.is_empty() {
+                let _ = tokio::spawn(self.refund(refunds)).await;
+            }
         }
         if let Some(error) = failed {
             return Err(error);
@@ -163,11 +179,18 @@ fn merged(limits: &[Limit]) -> (Vec<State>, Vec<usize>) {
     for (i, limit) in limits.iter().enumerate() {
         let same = |state: &State| {
             let first = &limits[state.first];
-            first.key() == limit.key() && first.quota() == limit.quota()
+            first.key() == limit.key()
+                && first.quota() == limit.quota()
+                && first.is_counted() == limit.is_counted()
         };
         match states.iter().position(same) {
             Some(s) => {
-                states[s].cost = states[s].cost.saturating_add(limit.cost());
+                // Counted costs add up; probes read the same state, and the largest decides.
+                states[s].cost = if limit.is_counted() {
+                    states[s].cost.saturating_add(limit.cost())
+                } else {
+                    states[s].cost.max(limit.cost())
+                };
                 state_of.push(s);
             }
             None => {
