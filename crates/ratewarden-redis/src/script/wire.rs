@@ -166,10 +166,9 @@ fn work(algorithm: Algorithm, mode: Mode, cost: u32, limit: u64) -> u32 {
     let (decisions, written) = match mode {
         Mode::Check => (1, cost),
         Mode::Peek => (2, 0),
-        Mode::Probe => (1, 0),
         Mode::Lease { batch } => (2, u64::from(batch).max(cost).min(limit)),
         Mode::Split { .. } | Mode::Seed { .. } => (1, limit),
-        Mode::Refund { .. } => (1, 0),
+        Mode::Probe | Mode::Refund { .. } => (1, 0),
     };
     let entries = decisions * limit + LOG_WRITE_WEIGHT * written;
     u32::try_from(1 + entries.div_ceil(LOG_ENTRIES_PER_UNIT)).unwrap_or(u32::MAX)
