@@ -154,7 +154,7 @@ mod tests {
             ));
         });
         assert_eq!(counts.errors.load(Ordering::Relaxed), 1);
-        assert_eq!(counts.warnings.load(Ordering::Relaxed), 4);
+        assert_eq!(counts.warnings.load(Ordering::Relaxed), 5);
         assert_eq!(counts.debug.load(Ordering::Relaxed), 2);
     }
 }
