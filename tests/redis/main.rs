@@ -12,6 +12,7 @@ mod queue;
 mod scale;
 mod server;
 mod several;
+mod several_edges;
 mod slots;
 mod tls;
 mod work;

@@ -60,31 +60,29 @@ pub struct Model {
 }
 
 impl Model {
-    /// Decides `limits` at `now` as a store must: every limit's decision on its state as it
-    /// is, every state charged when all admit, none otherwise.
+    /// Decides `limits` at `now` as a store must: limits on one state merged
+    /// ([`ratewarden_core::merged`]), every state's decision on its state as it is, every
+    /// counted state charged when all admit, none otherwise.
     pub fn check_all(&mut self, limits: &[Limit], now: Timestamp) -> Vec<Decision> {
-        let mut trial: Vec<((Key, Quota), State)> = Vec::with_capacity(limits.len());
-        let mut decisions = Vec::with_capacity(limits.len());
-        for limit in limits {
-            let id = (limit.key().clone(), *limit.quota());
-            // The same state twice in one request: the second sees the first's charge.
-            let mut state = match trial.iter().rev().find(|(k, _)| *k == id) {
-                Some((_, state)) => state.clone(),
-                None => self
-                    .states
-                    .get(&id)
-                    .cloned()
-                    .unwrap_or_else(|| State::new(limit.quota().algorithm())),
-            };
-            decisions.push(state.check(now, limit.cost(), limit.quota()));
-            if limit.is_counted() {
-                trial.push((id, state));
-            }
-        }
+        let (states, of) = ratewarden_core::merged(limits);
+        let mut charged = Vec::with_capacity(states.len());
+        let decisions: Vec<Decision> = states
+            .iter()
+            .map(|limit| {
+                let id = (limit.key().clone(), *limit.quota());
+                let mut state = (self.states.get(&id).cloned())
+                    .unwrap_or_else(|| State::new(limit.quota().algorithm()));
+                let decision = state.check(now, limit.cost(), limit.quota());
+                if limit.is_counted() {
+                    charged.push((id, state));
+                }
+                decision
+            })
+            .collect();
         if decisions.iter().all(Decision::is_allowed) {
-            self.states.extend(trial);
+            self.states.extend(charged);
         }
-        decisions
+        of.iter().map(|&s| decisions[s]).collect()
     }
 }
 

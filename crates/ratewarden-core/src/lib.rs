@@ -57,6 +57,6 @@ pub use clock::{Clock, ManualClock, Timestamp};
 pub use decision::{Decision, Info};
 pub use error::{StoreError, StoreErrorKind};
 pub use key::{Key, KeyRepr, MAX_KEY_LEN};
-pub use limits::{Decisions, Limit, MAX_LIMITS};
+pub use limits::{Decisions, Limit, MAX_LIMITS, merged};
 pub use quota::{ParseQuotaError, Quota, QuotaError};
 pub use store::Store;

@@ -110,6 +110,50 @@ impl Limit {
     }
 }
 
+/// The limits of a request with those on one state merged, for a store to decide each state
+/// once: counted limits on one key and quota become one, their costs summed (a request of
+/// two is admitted when both fit together); [probes](Limit::probe) of one key and quota
+/// become one, the largest cost deciding. Also, for each limit given, the index of its
+/// merged limit, so that each gets its state's decision.
+///
+/// ```
+/// use ratewarden_core::{Key, Limit, Quota, merged};
+/// let quota = Quota::per_second(10)?;
+/// let a = Limit::new(Key::from("a"), quota, 6);
+/// let b = Limit::new(Key::from("b"), quota, 1);
+/// let (states, of) = merged(&[a.clone(), b, a]);
+/// assert_eq!(states.len(), 2);
+/// assert_eq!(states[0].cost(), 12); // more than the burst: never admitted
+/// assert_eq!(of, [0, 1, 0]);
+/// # Ok::<(), ratewarden_core::QuotaError>(())
+/// ```
+#[must_use]
+pub fn merged(limits: &[Limit]) -> (Vec<Limit>, Vec<usize>) {
+    let mut states: Vec<Limit> = Vec::with_capacity(limits.len());
+    let mut of = Vec::with_capacity(limits.len());
+    for limit in limits {
+        let same = |state: &Limit| {
+            state.key == limit.key && state.quota == limit.quota && state.counted == limit.counted
+        };
+        match states.iter().position(same) {
+            Some(s) => {
+                let state = &mut states[s];
+                state.cost = if limit.counted {
+                    state.cost.saturating_add(limit.cost)
+                } else {
+                    state.cost.max(limit.cost)
+                };
+                of.push(s);
+            }
+            None => {
+                states.push(limit.clone());
+                of.push(states.len() - 1);
+            }
+        }
+    }
+    (states, of)
+}
+
 /// What a store decided for each limit of a [`check_all`](crate::Store::check_all), in the
 /// order the limits were given: every limit admitted and all were counted, or none was
 /// counted.

@@ -16,7 +16,7 @@ use ratewarden_core::algorithm::{
 };
 use ratewarden_core::{
     Algorithm, Clock, Decision, Decisions, Info, Key, KeyRepr, Limit, MAX_LIMITS, MonotonicClock,
-    Quota, Store, StoreError, StoreErrorKind, Timestamp,
+    Quota, Store, StoreError, StoreErrorKind, Timestamp, merged,
 };
 
 use crate::keys::{AnyKey, StoredBytes, StoredKey};
@@ -201,7 +201,8 @@ impl<C: Clock> MemoryStore<C> {
     /// Checks a request against several limits together, synchronously: the decisions
     /// [`Store::check_all`] returns, without a future.
     ///
-    /// Every limit first decides on its state as it is, changing nothing, so a request one
+    /// Limits on one state are decided once ([`merged`]). Every limit first decides on its
+    /// state as it is, changing nothing, so a request one
     /// limit refuses leaves every state exactly as it was. When all admit, each counted limit
     /// (not a [probe](Limit::probe)) is charged in turn; should one have been spent by another request in between, it denies and the
     /// charges already made are refunded ([`AlgorithmState::refund`]): while they are, other
@@ -235,15 +236,20 @@ impl<C: Clock> MemoryStore<C> {
         }
         let inner = &self.inner;
         let now = inner.clock.now();
-        let mut decisions: Vec<Decision> = limits
+        // Limits on one state are decided once: two that fit alone may not fit together.
+        let (states, of) = merged(limits);
+        let mut decisions: Vec<Decision> = states
             .iter()
             .map(|l| inner.run(l.key(), l.quota(), now, Op::Probe(l.cost())))
             .collect();
+        let each = |decisions: Vec<Decision>| {
+            Decisions::from(of.iter().map(|&s| decisions[s]).collect::<Vec<_>>())
+        };
         if !decisions.iter().all(Decision::is_allowed) {
-            return Ok(Decisions::from(decisions));
+            return Ok(each(decisions));
         }
-        let mut charged = Vec::with_capacity(limits.len());
-        for (i, limit) in limits.iter().enumerate() {
+        let mut charged = Vec::with_capacity(states.len());
+        for (i, limit) in states.iter().enumerate() {
             if !limit.is_counted() {
                 continue;
             }
@@ -257,7 +263,7 @@ impl<C: Clock> MemoryStore<C> {
             }
             charged.push((limit, at));
         }
-        Ok(Decisions::from(decisions))
+        Ok(each(decisions))
     }
 
     /// Forgets every key whose state equals a fresh one now; returns how many. Never needed

@@ -723,8 +723,12 @@ impl Store for RedisStore {
     /// limit is refunded where another slot counted it before the answer returns (a second
     /// round trip for such a denial); while the calls are in flight other requests may see
     /// less room than there is (never more), and a refund that fails leaves the units counted
-    /// until they refill. Leases, hot-key splits and the cache of denials are
-    /// for single checks: every `check_all` goes to Redis.
+    /// until they refill. The calls and the refund run in a task of their own: a caller that
+    /// stops waiting never leaves a slot counted for a denied request. A state reset (or
+    /// evicted) between its charge and the refund, within that round trip, is refunded all
+    /// the same: the request's units, once. A limit counts on the counter a single check of
+    /// its key would (a part of a split key); one state alone is a single check (leases, the
+    /// cache of denials), several always go to Redis.
     async fn check_all(&self, limits: &[Limit]) -> Result<Decisions, StoreError> {
         self.decide_all(limits, None).await
     }

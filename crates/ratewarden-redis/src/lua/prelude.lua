@@ -170,9 +170,6 @@ local function main()
     end
     return {1, 0, 0, 0, 0, 0, 0}
   end
-  if mode == 'q' then
-    return guarded(cost, false)
-  end
   if mode == 'r' then
     -- A state that cannot be read is left as it is: it denies until replaced.
     pcall(refund, cost, ARGV[9])
@@ -238,6 +235,9 @@ local function main()
       local free_at = until_us + m[4] + cost * ARGV[4]
       return {0, ARGV[5], 0, at_least_zero(free_at - now), at_least_zero(free_at - now), 0, 0}
     end
+  end
+  if mode == 'q' then
+    return guarded(cost, false)
   end
   if mode == 'p' then
     local one = guarded(1, false)

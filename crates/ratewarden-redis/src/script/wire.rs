@@ -465,12 +465,16 @@ pub(crate) fn limits_command(entries: &[&Entry], invoke: Invoke, refund: bool) -
         super::ALL_INDEX
     };
     let mut cmd = super::invocation(invoke, code);
-    cmd.arg(entries.len());
+    cmd.arg(entries.iter().map(|entry| entry.keys()).sum::<usize>());
     for entry in entries {
         cmd.arg(&entry.name);
+        if let Some(marker) = &entry.marker {
+            cmd.arg(marker);
+        }
     }
     for entry in entries {
-        cmd.arg(LETTERS[algorithm_index(entry.algorithm)]);
+        cmd.arg(LETTERS[algorithm_index(entry.algorithm)])
+            .arg(entry.keys());
         entry.push_args(&mut cmd, entry.cost());
     }
     cmd
