@@ -472,21 +472,27 @@ impl FromStr for Quota {
             .ok_or_else(|| err("the period is too long"))?;
         let mut quota =
             Self::new(count, Duration::from_micros(micros)).map_err(|e| e.in_input(input))?;
-        let mut burst = None;
+        let (mut burst, mut algorithm) = (None, None);
         while let Some(word) = words.next() {
             if word.eq_ignore_ascii_case("burst") {
                 let b = words
                     .next()
                     .and_then(|b| b.parse::<u32>().ok())
                     .ok_or_else(|| err("'burst' must be followed by a whole number"))?;
-                burst = Some(b);
+                // Said twice, one of the two is not what the quota does: refused.
+                if burst.replace(b).is_some() {
+                    return Err(err("'burst' given twice"));
+                }
             } else {
-                let algorithm = word.parse().map_err(|_| {
+                let named = word.parse().map_err(|_| {
                     err(&format!(
                         "unexpected {word:?} (expected 'burst N' or an algorithm name)"
                     ))
                 })?;
-                quota.algorithm = algorithm;
+                if algorithm.replace(named).is_some() {
+                    return Err(err("two algorithms given"));
+                }
+                quota.algorithm = named;
             }
         }
         if let Some(burst) = burst {
@@ -737,6 +743,8 @@ mod tests {
             ),
             ("5000/min sliding-log", "too large for sliding-log"),
             ("2000000/s", "above one per microsecond"),
+            ("5/min burst 5 burst 500", "'burst' given twice"),
+            ("5/min sliding-log gcra", "two algorithms given"),
         ];
         for (input, expected) in cases {
             let err = input.parse::<Quota>().unwrap_err().to_string();

@@ -47,7 +47,7 @@ pub(crate) struct Origins {
 
 impl Origins {
     /// The location of `field`, or of the closest field that holds it.
-    fn locate(&self, field: &str) -> Option<Location> {
+    pub(crate) fn locate(&self, field: &str) -> Option<Location> {
         let mut path = field;
         loop {
             if let Some(&(line, column)) = self.fields.get(path) {

@@ -124,9 +124,25 @@ impl std::error::Error for LoadError {
 pub fn load_file(path: impl AsRef<Path>) -> Result<Policy, LoadError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
         file: file.clone(),
         source,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|err| {
+        // The line of the first byte that is not UTF-8.
+        let before = &err.as_bytes()[..err.utf8_error().valid_up_to()];
+        let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+        LoadError::Invalid(PolicyError {
+            field: String::new(),
+            problem: Problem::Syntax {
+                message: "the file is not UTF-8".to_owned(),
+            },
+            location: Some(Location {
+                file: Arc::from(file.as_str()),
+                line,
+                column: None,
+            }),
+        })
     })?;
     parse(&file, &text)
 }
@@ -303,10 +319,10 @@ struct RawPolicy<S, N> {
     bound(deserialize = "S: Deserialize<'de>, N: Deserialize<'de>")
 )]
 struct RawRule<S, N> {
-    #[serde(default = "Vec::new")]
-    routes: Vec<S>,
-    #[serde(default = "Vec::new")]
-    methods: Vec<S>,
+    #[serde(default)]
+    routes: Option<Vec<S>>,
+    #[serde(default)]
+    methods: Option<Vec<S>>,
     #[serde(default = "Vec::new")]
     headers: Vec<RawHeader<S>>,
     #[serde(default = "Vec::new")]
@@ -364,12 +380,39 @@ impl Builder<'_> {
         raw: &RawRule<S, N>,
     ) -> Result<Rule, LoadError> {
         let mut rule = Rule::new();
-        for (i, route) in raw.routes.iter().enumerate() {
+        // An empty list reads as "any" in a rule: written out, it most likely meant "none".
+        for (list, name) in [(&raw.routes, "routes"), (&raw.methods, "methods")] {
+            if list.as_ref().is_some_and(Vec::is_empty) {
+                return Err(self.error(
+                    field,
+                    Problem::Syntax {
+                        message: format!(
+                            "{name} = [] would match every request: leave {name} out for that, or list some"
+                        ),
+                    },
+                ));
+            }
+        }
+        for (i, route) in raw.routes.iter().flatten().enumerate() {
             self.note(&format!("{field}.routes[{i}]"), route);
             rule = rule.route(route.value());
         }
-        for (i, method) in raw.methods.iter().enumerate() {
-            self.note(&format!("{field}.methods[{i}]"), method);
+        for (i, method) in raw.methods.iter().flatten().enumerate() {
+            let method_field = format!("{field}.methods[{i}]");
+            self.note(&method_field, method);
+            // Methods are case-sensitive: `get` is an extension method, never a GET.
+            if method.value().bytes().any(|b| b.is_ascii_lowercase()) {
+                return Err(self.error(
+                    &method_field,
+                    Problem::Syntax {
+                        message: format!(
+                            "method {:?} is not {:?}: methods are case-sensitive",
+                            method.value(),
+                            method.value().to_ascii_uppercase()
+                        ),
+                    },
+                ));
+            }
             rule = rule.method_named(method.value());
         }
         for (i, header) in raw.headers.iter().enumerate() {
@@ -487,11 +530,39 @@ fn build<S: Located<String>, N: Located<u32>>(
     policy = policy
         .allow_list(builder.list("allow", &raw.allow))
         .deny_list(builder.list("deny", &raw.deny));
+    // A rule, a list of limits or the list of rules is where its first field is.
+    let mut origins = builder.origins;
+    let parents: Vec<(String, (usize, Option<usize>))> = (origins.iter())
+        .flat_map(|(field, &at)| {
+            let cuts = field.match_indices(['.', '[']).map(|(i, _)| i);
+            cuts.map(move |i| (field[..i].to_owned(), at))
+        })
+        .collect();
+    for (parent, at) in parents {
+        let entry = origins.entry(parent).or_insert(at);
+        *entry = (*entry).min(at);
+    }
     policy.origins = Some(Arc::new(Origins {
         file: Arc::clone(file),
-        fields: builder.origins,
+        fields: origins,
     }));
     policy.check(None).map_err(LoadError::Invalid)?;
+    // A rule that limits with no limits lets what it matches through uncounted.
+    let empty = (policy.rules().iter()).position(|rule| {
+        matches!(rule.get_action(), Action::Limit | Action::Shadow) && rule.limits().is_empty()
+    });
+    if let Some(i) = empty {
+        let field = format!("rules[{i}]");
+        let location = (policy.origins.as_ref()).and_then(|origins| origins.locate(&field));
+        return Err(LoadError::Invalid(PolicyError {
+            field,
+            problem: Problem::Syntax {
+                message: "a rule that limits names no limits (add some, or say action = \"allow\")"
+                    .to_owned(),
+            },
+            location,
+        }));
+    }
     Ok(policy)
 }
 
