@@ -2,7 +2,7 @@
 
 use http::Request;
 use http::header::HeaderName;
-use ratewarden_core::Key;
+use ratewarden_core::{Key, KeyRepr};
 
 use super::KeyExtractor;
 
@@ -109,5 +109,13 @@ impl<B> KeyExtractor<B> for Header {
     /// More than once: which value the application reads is its own choice.
     fn has_unusable_key(&self, req: &Request<B>) -> bool {
         super::sent_twice(req, &self.name)
+    }
+
+    /// A secret header's key is its value digested, as [`extract`](Self::extract) keys it.
+    fn key_for(&self, key: Key) -> Key {
+        match key.repr() {
+            KeyRepr::Bytes(value) if self.secret => Key::hashed(value),
+            _ => key,
+        }
     }
 }

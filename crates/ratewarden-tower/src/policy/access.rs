@@ -55,11 +55,19 @@ impl AccessList {
         }
     }
 
-    /// Adds the clients whose key `key` is an IP address in `network`.
+    /// Adds the clients whose key `key` is an IP address in `network` (an IPv4-mapped IPv6
+    /// network, `::ffff:10.0.0.0/104`, is the IPv4 network it maps: the key of such a client).
     ///
     /// See the example on [`AccessList`].
     #[must_use]
     pub fn network(mut self, key: &str, network: IpNet) -> Self {
+        let network = match network {
+            IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+                Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(network, IpNet::V4),
+                None => network,
+            },
+            other => other,
+        };
         self.entries.push((key.to_owned(), Entry::Network(network)));
         self
     }
@@ -74,24 +82,22 @@ impl AccessList {
         self
     }
 
-    /// Adds an entry as a policy file writes it: a network (`10.0.0.0/8`), an address
-    /// (`192.0.2.1`, a network of one) or any other value.
+    /// Adds an entry as a policy file writes it: a network (`10.0.0.0/8`), or a value (an
+    /// address such as `192.0.2.1` or `2001:db8::5` is a value: the client the key's extractor
+    /// keys by it, an IPv6 address naming its /64 under [`PeerIp`](crate::key::PeerIp)).
     ///
     /// ```
     /// use ratewarden_tower::policy::AccessList;
     /// let list = AccessList::new().entry("ip", "192.0.2.1").entry("ip", "10.0.0.0/8");
-    /// assert_eq!(list, AccessList::new().network("ip", "192.0.2.1/32".parse()?).network("ip", "10.0.0.0/8".parse()?));
+    /// assert_eq!(list, AccessList::new().value("ip", "192.0.2.1").network("ip", "10.0.0.0/8".parse()?));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
     pub fn entry(self, key: &str, entry: &str) -> Self {
-        if let Ok(network) = entry.parse::<IpNet>() {
-            return self.network(key, network);
+        match entry.parse::<IpNet>() {
+            Ok(network) => self.network(key, network),
+            Err(_) => self.value(key, entry),
         }
-        if let Ok(ip) = entry.parse::<IpAddr>() {
-            return self.network(key, IpNet::from(ip));
-        }
-        self.value(key, entry)
     }
 
     /// How many entries the list has.
@@ -123,7 +129,7 @@ impl AccessList {
     pub(crate) fn check(&self, field: &str) -> Result<(), PolicyError> {
         for (i, (key, entry)) in self.entries.iter().enumerate() {
             if let Entry::Value(value) = entry
-                && value.is_empty()
+                && (value.is_empty() || value.trim() != value || unreadable_address(value))
             {
                 return Err(PolicyError::new(
                     format!("{field}.{key}[{i}]"),
@@ -137,6 +143,9 @@ impl AccessList {
     }
 
     /// Whether the request whose keys are `keys` is on the list.
+    ///
+    /// (A request whose key is unusable, such as a header sent twice, is not on it: the
+    /// layer refuses such a request before it looks at the lists.)
     pub(crate) fn contains<B>(&self, keys: &mut RequestKeys<'_, B>) -> bool {
         self.entries.iter().any(|(name, entry)| {
             let Some(key) = keys.get(name) else {
@@ -161,4 +170,16 @@ impl AccessList {
             }
         })
     }
+}
+
+/// A value written as an address or a network that is neither (`10.0.0.0/33`,
+/// `192.0.2.010`): it would match no client, silently.
+fn unreadable_address(value: &str) -> bool {
+    let v4_like = value.contains('.')
+        && value.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'/'));
+    let v6_like = value.contains(':')
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || matches!(b, b'.' | b':' | b'/'));
+    (v4_like || v6_like) && value.parse::<IpAddr>().is_err()
 }
