@@ -63,7 +63,9 @@ impl AccessList {
     pub fn network(mut self, key: &str, network: IpNet) -> Self {
         let network = match network {
             IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
-                Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(network, IpNet::V4),
+                Some(v4) => {
+                    ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(network, IpNet::V4)
+                }
                 None => network,
             },
             other => other,
@@ -176,7 +178,9 @@ impl AccessList {
 /// `192.0.2.010`): it would match no client, silently.
 fn unreadable_address(value: &str) -> bool {
     let v4_like = value.contains('.')
-        && value.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'/'));
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'/'));
     let v6_like = value.contains(':')
         && value
             .bytes()

@@ -11,6 +11,7 @@ use ratewarden_core::Key;
 use tokio::time::Instant;
 
 use super::builder::Settings;
+use super::unwind::CatchUnwind;
 use super::{CachedResolverBuilder, OnFailure, Plan, QuotaResolver, Resolution};
 
 /// Tenants and their answers, each counted as one entry. Tenant ids come from clients: the
@@ -28,11 +29,13 @@ type Guard<'a> =
 ///   [`ttl`](CachedResolverBuilder::ttl).
 /// - **Single flight**: calls for a tenant that is not cached wait for one lookup; 100
 ///   concurrent first calls make one. When the call making the lookup is dropped (its client
-///   went away), a waiting call makes it instead.
+///   went away), a waiting call makes it instead, and a tenant whose plan has expired keeps
+///   that plan for the next lookup.
 /// - **Bounded waits**: no call waits longer than the
 ///   [`timeout`](CachedResolverBuilder::timeout), for its own lookup or another's. A lookup
-///   that fails or times out is answered as [`on_failure`](CachedResolverBuilder::on_failure)
-///   says (a tenant whose plan has expired keeps it instead), and that answer is kept for
+///   that fails, times out or panics is answered as
+///   [`on_failure`](CachedResolverBuilder::on_failure) says (a tenant whose plan has expired
+///   keeps it instead), and that answer is kept for
 ///   [`failure_ttl`](CachedResolverBuilder::failure_ttl), so a resolver that is down is not
 ///   asked at every request.
 ///
@@ -277,13 +280,12 @@ impl<R: QuotaResolver> Shared<R> {
         });
         match tokio::time::timeout(self.settings.timeout, entry).await {
             Ok(EntryResult::Retained(entry)) => entry.into_resolution(&self.settings.on_failure),
-            Ok(EntryResult::Vacant(guard)) => self.look_up(guard, tenant, None, start).await,
+            Ok(EntryResult::Vacant(guard)) => {
+                self.look_up(Lookup::new(guard, None), tenant, start).await
+            }
             Ok(EntryResult::Replaced(guard, expired)) => {
-                let last = match expired.answer {
-                    Answer::Plan(plan) => Some(plan),
-                    Answer::Unknown | Answer::Failed => None,
-                };
-                self.look_up(guard, tenant, last, start).await
+                let last = matches!(expired.answer, Answer::Plan(_)).then_some(expired);
+                self.look_up(Lookup::new(guard, last), tenant, start).await
             }
             // `Removed` answers `EntryAction::Remove` and `Timeout` a timed `entry`, neither
             // asked for here; `Err`: another call's lookup outlasted this call's timeout.
@@ -294,36 +296,41 @@ impl<R: QuotaResolver> Shared<R> {
     }
 
     /// Asks the resolver, within what is left of the timeout since `start`, and stores the
-    /// answer for the calls waiting on `guard`. `last`: the tenant's expired plan, kept while
-    /// lookups fail. When this future is dropped, `guard` passes the lookup to a waiting call.
-    async fn look_up(
-        &self,
-        guard: Guard<'_>,
-        tenant: &Key,
-        last: Option<Plan>,
-        start: Instant,
-    ) -> Resolution {
+    /// answer for the calls waiting on `lookup`. When this future is dropped, `lookup` puts
+    /// the tenant's expired plan back, or passes the lookup to a waiting call.
+    async fn look_up(&self, lookup: Lookup<'_>, tenant: &Key, start: Instant) -> Resolution {
         let settings = &self.settings;
         let left = settings.timeout.saturating_sub(start.elapsed());
-        let looked_up = tokio::time::timeout(left, self.resolver.resolve(tenant)).await;
-        let (answer, ttl) = match looked_up {
-            Ok(Ok(Some(plan))) => (Answer::Plan(plan), settings.ttl),
-            Ok(Ok(None)) => (Answer::Unknown, settings.unknown_ttl),
-            Ok(Err(_error)) => {
+        // The call is made inside the wrapper too, so that a resolver panicking before it
+        // returns its future is caught as well.
+        let asked = CatchUnwind::new(async { self.resolver.resolve(tenant).await });
+        let failed = || {
+            let answer = match lookup.last_plan() {
+                Some(plan) => Answer::Plan(plan.clone()),
+                None => Answer::Failed,
+            };
+            (answer, settings.failure_ttl)
+        };
+        let (answer, ttl) = match tokio::time::timeout(left, asked).await {
+            Ok(Ok(Ok(Some(plan)))) => (Answer::Plan(plan), settings.ttl),
+            Ok(Ok(Ok(None))) => (Answer::Unknown, settings.unknown_ttl),
+            Ok(Ok(Err(_error))) => {
                 #[cfg(feature = "tracing")]
                 tracing::warn!(error = %_error, "quota resolver failed");
-                (
-                    last.map_or(Answer::Failed, Answer::Plan),
-                    settings.failure_ttl,
-                )
+                failed()
+            }
+            Ok(Err(_panic)) => {
+                #[cfg(feature = "tracing")]
+                tracing::error!(
+                    panic = super::unwind::message(&*_panic),
+                    "quota resolver panicked"
+                );
+                failed()
             }
             Err(_elapsed) => {
                 #[cfg(feature = "tracing")]
                 tracing::warn!(timeout = ?settings.timeout, "quota resolver timed out");
-                (
-                    last.map_or(Answer::Failed, Answer::Plan),
-                    settings.failure_ttl,
-                )
+                failed()
             }
         };
         let entry = Entry {
@@ -331,10 +338,55 @@ impl<R: QuotaResolver> Shared<R> {
             expires: Instant::now().checked_add(ttl),
         };
         let resolution = entry.clone().into_resolution(&settings.on_failure);
-        // Err: the tenant was invalidated meanwhile; the answer stands for the calls that
-        // waited for it, but is not kept.
-        let _ = guard.insert(entry);
+        lookup.finish(entry);
         resolution
+    }
+}
+
+/// The lookup of one tenant: its placeholder in the map, and its expired entry when that
+/// held a plan. Dropped unfinished (the call went away), it puts the expired entry back, so
+/// that the next lookup (a waiting call's, or a later call's) still has the plan to fall back
+/// on; without one, its placeholder passes to a waiting call.
+struct Lookup<'a> {
+    guard: Option<Guard<'a>>,
+    last: Option<Entry>,
+}
+
+impl<'a> Lookup<'a> {
+    fn new(guard: Guard<'a>, last: Option<Entry>) -> Self {
+        Self {
+            guard: Some(guard),
+            last,
+        }
+    }
+
+    /// The plan of the expired entry.
+    fn last_plan(&self) -> Option<&Plan> {
+        match &self.last {
+            Some(Entry {
+                answer: Answer::Plan(plan),
+                ..
+            }) => Some(plan),
+            _ => None,
+        }
+    }
+
+    /// Stores `entry` for the calls waiting on this lookup.
+    fn finish(mut self, entry: Entry) {
+        if let Some(guard) = self.guard.take() {
+            // Err: the tenant was invalidated meanwhile; the answer stands for the calls
+            // that waited for it, but is not kept.
+            let _ = guard.insert(entry);
+        }
+    }
+}
+
+impl Drop for Lookup<'_> {
+    fn drop(&mut self) {
+        if let (Some(guard), Some(last)) = (self.guard.take(), self.last.take()) {
+            // Waiting calls wake to an expired entry, and one of them looks it up again.
+            let _ = guard.insert(last);
+        }
     }
 }
 

@@ -61,6 +61,7 @@ mod builder;
 mod cache;
 mod plan;
 mod resolver;
+mod unwind;
 
 pub use answer::{OnFailure, Resolution};
 pub use builder::{CacheConfigError, CachedResolverBuilder};

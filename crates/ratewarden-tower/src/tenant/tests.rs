@@ -362,3 +362,94 @@ fn resolve_is_send() {
     let key = Key::from("acme");
     is_send(&cache.resolve(&key));
 }
+
+/// A resolver that panics: once as it is called, once inside its future.
+#[derive(Clone, Default)]
+struct Panicking {
+    lookups: Arc<AtomicUsize>,
+}
+
+impl QuotaResolver for Panicking {
+    fn resolve(
+        &self,
+        _tenant: &Key,
+    ) -> impl Future<Output = Result<Option<Plan>, ResolveError>> + Send {
+        let n = self.lookups.fetch_add(1, Ordering::SeqCst);
+        assert!(n % 2 == 1, "resolver bug before the future");
+        async {
+            sleep(ms(20)).await;
+            panic!("resolver bug in the future");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_resolver_is_a_failed_lookup() {
+    let resolver = Panicking::default();
+    let cache = CachedResolver::builder(resolver.clone())
+        .failure_ttl(secs(10))
+        .on_failure(OnFailure::Unavailable)
+        .build()
+        .unwrap();
+    let acme = Key::from("acme");
+    // Panics as it is called.
+    assert_eq!(cache.resolve(&acme).await, Resolution::Unavailable);
+    assert_eq!(cache.resolve_ready(&acme), Some(Resolution::Unavailable));
+    advance(secs(10)).await;
+    // Panics inside its future, with concurrent calls waiting for it.
+    let mut calls = JoinSet::new();
+    for _ in 0..5 {
+        let cache = cache.clone();
+        calls.spawn(async move { cache.resolve(&Key::from("acme")).await });
+    }
+    let answers = calls.join_all().await;
+    assert!(answers.iter().all(|a| *a == Resolution::Unavailable));
+    assert_eq!(resolver.lookups.load(Ordering::SeqCst), 2);
+    // Remembered for `failure_ttl`.
+    advance(ms(9_999)).await;
+    assert_eq!(cache.resolve(&acme).await, Resolution::Unavailable);
+    assert_eq!(resolver.lookups.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_plan_outlives_a_dropped_lookup() {
+    let fake = Fake::new(Reply::Plan(plan("pro")), ms(100));
+    let cache = CachedResolver::builder(fake.clone())
+        .ttl(secs(30))
+        .on_failure(OnFailure::Unavailable)
+        .build()
+        .unwrap();
+    let acme = Key::from("acme");
+    cache.resolve(&acme).await;
+    fake.set(Reply::Fail);
+    advance(secs(30)).await;
+    let dropped = {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.resolve(&Key::from("acme")).await })
+    };
+    while fake.lookups() == 1 {
+        tokio::task::yield_now().await;
+    }
+    // A call waiting for the lookup that is dropped, and one arriving after it.
+    let waiter = {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.resolve(&Key::from("acme")).await })
+    };
+    sleep(ms(10)).await;
+    dropped.abort();
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    assert_eq!(waiter.await.unwrap(), Resolution::Plan(plan("pro")));
+    assert_eq!(fake.lookups(), 3);
+    // The failed lookup's answer expires, and the next lookup is dropped with no call waiting.
+    advance(secs(1)).await;
+    let later = {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.resolve(&Key::from("acme")).await })
+    };
+    while fake.lookups() == 3 {
+        tokio::task::yield_now().await;
+    }
+    later.abort();
+    let _ = later.await;
+    assert_eq!(cache.resolve(&acme).await, Resolution::Plan(plan("pro")));
+}
