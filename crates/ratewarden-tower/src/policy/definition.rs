@@ -104,7 +104,44 @@ pub struct Policy {
 pub(crate) struct Verdict<'a> {
     pub(crate) action: Action,
     /// Each limit, with its cost.
-    pub(crate) limits: Vec<(&'a NamedLimit, u32)>,
+    pub(crate) limits: Limits<'a>,
+}
+
+/// The limits a policy gives one request: one rule's, or the union of several rules'.
+pub(crate) enum Limits<'a> {
+    /// Those of this rule, at its cost.
+    Rule(&'a Rule),
+    /// Each limit, with its cost.
+    Union(Vec<(&'a NamedLimit, u32)>),
+}
+
+impl<'a> Limits<'a> {
+    /// Each limit, with its cost.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'a NamedLimit, u32)> + '_ {
+        let (rule, union) = match self {
+            Self::Rule(rule) => (Some(*rule), &[][..]),
+            Self::Union(union) => (None, &union[..]),
+        };
+        rule.into_iter()
+            .flat_map(|rule| rule.limits.iter().map(|limit| (limit, rule.cost)))
+            .chain(union.iter().copied())
+    }
+
+    /// How many limits.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Self::Rule(rule) => rule.limits.len(),
+            Self::Union(union) => union.len(),
+        }
+    }
+
+    /// The rule they all are, when they are one rule's.
+    pub(crate) const fn rule(&self) -> Option<&'a Rule> {
+        match self {
+            Self::Rule(rule) => Some(rule),
+            Self::Union(_) => None,
+        }
+    }
 }
 
 /// The default's default: let everything through.
@@ -325,10 +362,12 @@ impl Policy {
                     Some(_) => {}
                     None => {
                         first_defined.insert(limit.name(), (limit_field, limit));
-                        if rule.action != Action::Allow && rule.action != Action::Deny {
-                            all_names.push(limit.name());
-                        }
                     }
+                }
+                // Every limit a limiting rule gives, wherever its name was first written.
+                let limiting = rule.action != Action::Allow && rule.action != Action::Deny;
+                if limiting && !all_names.contains(&limit.name()) {
+                    all_names.push(limit.name());
                 }
             }
         }
@@ -355,28 +394,40 @@ impl Policy {
 
     /// What the policy gives `req`, whose route is `path`.
     pub(crate) fn verdict<B>(&self, req: &Request<B>, path: &str) -> Verdict<'_> {
-        let mut matching = self.rules.iter().filter(|rule| rule.matches(req, path));
-        fn of(rule: &Rule) -> Vec<(&NamedLimit, u32)> {
-            rule.limits.iter().map(|l| (l, rule.cost)).collect()
+        fn of(rule: &Rule) -> Verdict<'_> {
+            Verdict {
+                action: rule.action,
+                limits: Limits::Rule(rule),
+            }
         }
         match self.mode {
             MatchMode::First => {
-                let rule = matching.next().unwrap_or_else(|| self.default_rule());
-                Verdict {
-                    action: rule.action,
-                    limits: of(rule),
+                for rule in &self.rules {
+                    if rule.matches(req, path) {
+                        return of(rule);
+                    }
                 }
+                of(self.default_rule())
             }
             MatchMode::All => {
-                let rules: Vec<&Rule> = matching.collect();
-                if rules.is_empty() {
-                    let rule = self.default_rule();
-                    return Verdict {
-                        action: rule.action,
-                        limits: of(rule),
-                    };
-                }
+                let mut matching = self.rules.iter().filter(|rule| rule.matches(req, path));
+                let Some(first) = matching.next() else {
+                    return of(self.default_rule());
+                };
+                let rules: Vec<&Rule> = std::iter::once(first).chain(matching).collect();
                 let action = rules.iter().map(|r| r.action).max().unwrap_or_default();
+                let mut strongest = rules.iter().filter(|r| r.action == action);
+                // One rule: its limits as they are, unless it names a limit twice (once
+                // here, at its cost).
+                if let (Some(only), None) = (strongest.next(), strongest.next())
+                    && only
+                        .limits
+                        .iter()
+                        .enumerate()
+                        .all(|(i, limit)| only.limits[..i].iter().all(|l| l.name() != limit.name()))
+                {
+                    return of(only);
+                }
                 let mut limits: Vec<(&NamedLimit, u32)> = Vec::new();
                 for rule in rules.iter().filter(|r| r.action == action) {
                     for limit in &rule.limits {
@@ -386,7 +437,10 @@ impl Policy {
                         }
                     }
                 }
-                Verdict { action, limits }
+                Verdict {
+                    action,
+                    limits: Limits::Union(limits),
+                }
             }
         }
     }
@@ -406,7 +460,7 @@ mod tests {
         verdict
             .limits
             .iter()
-            .map(|(l, c)| (l.name().to_owned(), *c))
+            .map(|(l, c)| (l.name().to_owned(), c))
             .collect()
     }
 

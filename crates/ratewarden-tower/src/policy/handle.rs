@@ -1,5 +1,6 @@
 //! [`PolicyHandle`]: the running policy, replaced whole, and what a replacement keeps checking.
 
+use std::cell::OnceCell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,16 +31,31 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
-    /// The previous forms of the limit `name` still checked at `now`, newest first.
+    /// The previous forms of the limit `name` still checked `now`, newest first.
     pub(crate) fn previous<'a>(
         &'a self,
         name: &'a str,
-        now: Timestamp,
+        now: &Now<'_>,
     ) -> impl Iterator<Item = &'a NamedLimit> + 'a {
+        // The clock is read only when there is a transition to time.
+        let now = (!self.transitions.is_empty()).then(|| now.get());
         self.transitions
             .iter()
-            .filter(move |t| t.previous.name() == name && t.until > now)
+            .filter(move |t| t.previous.name() == name && now.is_some_and(|now| t.until > now))
             .map(|t| &t.previous)
+    }
+}
+
+/// The time a request's transitions are decided by: the handle's clock, read once, when a
+/// transition is first looked at.
+pub(crate) struct Now<'a> {
+    clock: &'a dyn Clock,
+    read: OnceCell<Timestamp>,
+}
+
+impl Now<'_> {
+    fn get(&self) -> Timestamp {
+        *self.read.get_or_init(|| self.clock.now())
     }
 }
 
@@ -309,8 +325,12 @@ impl PolicyHandle {
     }
 
     /// The snapshot a request decides on, and the time to decide transitions by.
-    pub(crate) fn load(&self) -> (Arc<Snapshot>, Timestamp) {
-        (self.shared.current.load_full(), self.shared.clock.now())
+    pub(crate) fn load(&self) -> (Arc<Snapshot>, Now<'_>) {
+        let now = Now {
+            clock: &*self.shared.clock,
+            read: OnceCell::new(),
+        };
+        (self.shared.current.load_full(), now)
     }
 }
 
@@ -395,7 +415,7 @@ mod tests {
         // Back to a quota still checked: no transition to itself.
         handle.store(one("50/min")).unwrap();
         let (snapshot, now) = handle.load();
-        let previous: Vec<_> = snapshot.previous("per-ip", now).collect();
+        let previous: Vec<_> = snapshot.previous("per-ip", &now).collect();
         assert_eq!(previous.len(), 1);
         assert_eq!(previous[0].quota(), &"500/min".parse::<Quota>().unwrap());
     }

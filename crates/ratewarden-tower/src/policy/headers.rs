@@ -2,14 +2,16 @@
 //! per limit in `RateLimit-Policy` and `RateLimit`, the longest wait in `Retry-After`, and
 //! the limit closest to exhaustion in `X-RateLimit-*`.
 
-use std::fmt::Write as _;
+use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::{BufMut, BytesMut};
 use http::header::{HeaderName, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue};
-use ratewarden_core::{Decision, Decisions, Info};
+use ratewarden_core::{Decision, Decisions, Info, MAX_LIMITS};
 
-use super::rule::NamedLimit;
+use super::definition::MAX_LIMITS_PER_REQUEST;
+use super::rule::{NamedLimit, Shown};
 use crate::rate_limit::HeaderStyle;
 
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -18,12 +20,104 @@ const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
+/// A set of indices among one request's limits (fewer than [`MAX_LIMITS`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Checks(u16);
+
+const _: () = assert!(MAX_LIMITS <= u16::BITS as usize);
+
+impl Checks {
+    /// The set of `i` alone.
+    pub(crate) fn one(i: usize) -> Self {
+        let mut checks = Self::default();
+        checks.insert(i);
+        checks
+    }
+
+    /// Adds `i` (an index past [`MAX_LIMITS`] is no limit's, and is left out).
+    pub(crate) fn insert(&mut self, i: usize) {
+        self.0 |= bit(i);
+    }
+
+    pub(crate) fn contains(self, i: usize) -> bool {
+        self.0 & bit(i) != 0
+    }
+
+    /// The indices, in order.
+    fn iter(self) -> impl Iterator<Item = usize> {
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            let i = bits.trailing_zeros();
+            bits &= bits.checked_sub(1)?;
+            Some(i as usize)
+        })
+    }
+}
+
+fn bit(i: usize) -> u16 {
+    u32::try_from(i)
+        .ok()
+        .and_then(|i| 1u16.checked_shl(i))
+        .unwrap_or(0)
+}
+
 /// A limit that applied to a request: the indices of its checks among the request's limits
 /// (its own first, then those of its previous quotas, see [`PolicyHandle`](super::PolicyHandle)).
 #[derive(Debug)]
 pub(crate) struct Applied {
-    pub(crate) limit: NamedLimit,
-    pub(crate) checks: Vec<usize>,
+    pub(crate) limit: Shown,
+    pub(crate) checks: Checks,
+}
+
+/// The limits that applied to a request, in the order its headers show them: as many as a
+/// policy gives one request are kept without allocating.
+#[derive(Debug, Default)]
+pub(crate) struct AppliedLimits {
+    first: [Option<Applied>; MAX_LIMITS_PER_REQUEST],
+    len: usize,
+    /// Any past the first [`MAX_LIMITS_PER_REQUEST`].
+    rest: Vec<Applied>,
+    /// The `RateLimit-Policy` value of these limits, formatted before (a rule's, when all of
+    /// its limits applied).
+    policy: Option<HeaderValue>,
+}
+
+impl AppliedLimits {
+    pub(crate) fn push(&mut self, applied: Applied) {
+        match self.first.get_mut(self.len) {
+            Some(slot) => {
+                *slot = Some(applied);
+                self.len += 1;
+            }
+            None => self.rest.push(applied),
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Applied> {
+        self.first.iter().flatten().chain(&self.rest)
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Applied> {
+        self.first.iter_mut().flatten().chain(&mut self.rest)
+    }
+
+    /// Takes `policy` as the `RateLimit-Policy` value of the limits pushed.
+    pub(crate) fn formatted(&mut self, policy: &HeaderValue) {
+        self.policy = Some(policy.clone());
+    }
+}
+
+/// The `RateLimit-Policy` value of `limits`: `"name";q=Q;w=W` each.
+pub(crate) fn policy_value(limits: &[NamedLimit]) -> HeaderValue {
+    let mut value = BytesMut::new();
+    for limit in limits {
+        if !value.is_empty() {
+            value.put_slice(b", ");
+        }
+        value.put_slice(limit.policy_item().as_bytes());
+    }
+    // (Limit names are checked to be tokens; a quota formats as digits.)
+    HeaderValue::from_maybe_shared(value.freeze()).unwrap_or(HeaderValue::from_static(""))
 }
 
 /// Whole seconds, rounded up.
@@ -46,7 +140,7 @@ pub(crate) fn retry_after(decisions: &Decisions) -> u64 {
 /// its checks (a previous quota still checked may be the one that binds).
 fn merged(applied: &Applied, decisions: &[Decision]) -> Option<(u64, u64)> {
     let mut out: Option<(u64, u64)> = None;
-    for decision in applied.checks.iter().filter_map(|&i| decisions.get(i)) {
+    for decision in applied.checks.iter().filter_map(|i| decisions.get(i)) {
         let info = decision.info();
         let until = if decision.is_allowed() {
             info.reset_after()
@@ -64,56 +158,154 @@ fn merged(applied: &Applied, decisions: &[Decision]) -> Option<(u64, u64)> {
 pub(crate) fn apply(
     headers: &mut HeaderMap,
     style: HeaderStyle,
-    applied: &[Applied],
+    applied: &AppliedLimits,
     decisions: &Decisions,
     refused: bool,
 ) {
-    if refused {
-        headers.insert(RETRY_AFTER, HeaderValue::from(retry_after(decisions)));
-    }
     let (ietf, x) = match style {
         HeaderStyle::Ietf => (true, false),
         HeaderStyle::XRateLimit => (false, true),
-        HeaderStyle::None => return,
+        HeaderStyle::None => (false, false),
         HeaderStyle::Both => (true, true),
     };
-    let slice = decisions.as_slice();
-    if ietf {
-        let mut policy = String::new();
-        let mut ratelimit = String::new();
-        for limit in applied {
-            let Some((r, t)) = merged(limit, slice) else {
-                continue;
-            };
-            if !policy.is_empty() {
-                policy.push_str(", ");
-                ratelimit.push_str(", ");
-            }
-            policy.push_str(limit.limit.policy_item());
-            let _ = write!(ratelimit, "\"{}\";r={r};t={t}", limit.limit.name());
+    VALUES.with_borrow_mut(|values| {
+        if refused {
+            headers.insert(
+                RETRY_AFTER,
+                values.number(Field::Retry, retry_after(decisions)),
+            );
         }
-        if let (Ok(policy), Ok(ratelimit)) = (
-            HeaderValue::try_from(policy),
-            HeaderValue::try_from(ratelimit),
-        ) && !policy.is_empty()
-        {
-            headers.insert(RATELIMIT_POLICY, policy);
-            headers.insert(RATELIMIT, ratelimit);
+        if ietf {
+            ratelimit(headers, values, applied, decisions.as_slice());
         }
-    }
-    if x && let Some((_, binding)) = decisions.binding() {
-        write_x(headers, binding.info());
-    }
+        if x && let Some((_, binding)) = decisions.binding() {
+            write_x(headers, values, binding.info());
+        }
+    });
 }
 
-fn write_x(headers: &mut HeaderMap, info: &Info) {
+/// `RateLimit-Policy` and `RateLimit`: an item per limit the decisions cover.
+fn ratelimit(
+    headers: &mut HeaderMap,
+    values: &mut Values,
+    applied: &AppliedLimits,
+    decisions: &[Decision],
+) {
+    let mut all = true;
+    let ratelimit = values.buf.cut(|buf| {
+        for limit in applied.iter() {
+            let Some((r, t)) = merged(limit, decisions) else {
+                all = false;
+                continue;
+            };
+            if !buf.is_empty() {
+                buf.put_slice(b", ");
+            }
+            buf.put_u8(b'"');
+            buf.put_slice(limit.limit.name().as_bytes());
+            buf.put_slice(b"\";r=");
+            put_number(buf, r);
+            buf.put_slice(b";t=");
+            put_number(buf, t);
+        }
+    });
+    if ratelimit.is_empty() {
+        return;
+    }
+    let policy = match &applied.policy {
+        Some(policy) if all => policy.clone(),
+        _ => values.buf.cut(|buf| {
+            for limit in applied.iter().filter(|l| merged(l, decisions).is_some()) {
+                if !buf.is_empty() {
+                    buf.put_slice(b", ");
+                }
+                buf.put_slice(limit.limit.policy_item().as_bytes());
+            }
+        }),
+    };
+    headers.insert(RATELIMIT_POLICY, policy);
+    headers.insert(RATELIMIT, ratelimit);
+}
+
+fn write_x(headers: &mut HeaderMap, values: &mut Values, info: &Info) {
     let reset_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .saturating_add(info.reset_after());
-    headers.insert(X_LIMIT, HeaderValue::from(info.limit()));
-    headers.insert(X_REMAINING, HeaderValue::from(info.remaining()));
-    headers.insert(X_RESET, HeaderValue::from(ceil_secs(reset_at)));
+    headers.insert(X_LIMIT, values.number(Field::Limit, info.limit()));
+    headers.insert(
+        X_REMAINING,
+        values.number(Field::Remaining, info.remaining()),
+    );
+    headers.insert(X_RESET, values.number(Field::Reset, ceil_secs(reset_at)));
+}
+
+thread_local! {
+    /// Where this thread formats header values.
+    static VALUES: RefCell<Values> = RefCell::new(Values::default());
+}
+
+/// The numeric fields, whose last value each thread keeps.
+#[derive(Clone, Copy)]
+enum Field {
+    Retry,
+    Limit,
+    Remaining,
+    Reset,
+}
+
+/// The header values that change from response to response, cut from a shared buffer
+/// ([`Buffer`]); of each number field the last value is kept (a limit, a busy key's count and
+/// the reset's second change far less often than they are sent).
+#[derive(Default)]
+struct Values {
+    buf: Buffer,
+    numbers: [Option<(u64, HeaderValue)>; 4],
+}
+
+impl Values {
+    /// The value of `field` for `n`.
+    fn number(&mut self, field: Field, n: u64) -> HeaderValue {
+        let last = &mut self.numbers[field as usize];
+        if let Some((m, value)) = last
+            && *m == n
+        {
+            return value.clone();
+        }
+        let value = self.buf.cut(|buf| put_number(buf, n));
+        *last = Some((n, value.clone()));
+        value
+    }
+}
+
+/// Header values cut from a shared buffer: a value is a reference into it, so formatting one
+/// allocates nothing but, once per [`Buffer::CHUNK`] bytes, the next buffer. A buffer is freed
+/// when the last value cut from it is dropped.
+#[derive(Default)]
+struct Buffer(BytesMut);
+
+impl Buffer {
+    /// Bytes per buffer: the values of a few dozen responses. Small, so that a value kept long
+    /// (a cached response) holds little memory besides its own.
+    const CHUNK: usize = 4_096;
+    /// Room for the `RateLimit` value of the most limits one request gets: a name of 64 bytes
+    /// (the longest a limit has), quoted, and two 20-digit numbers each. (A longer one would
+    /// still be whole: the buffer would grow.)
+    const LONGEST: usize = MAX_LIMITS_PER_REQUEST * 128;
+
+    /// A value of the bytes `write` puts (visible ASCII, as every value here).
+    fn cut(&mut self, write: impl FnOnce(&mut BytesMut)) -> HeaderValue {
+        if self.0.capacity() - self.0.len() < Self::LONGEST {
+            self.0 = BytesMut::with_capacity(Self::CHUNK);
+        }
+        write(&mut self.0);
+        HeaderValue::from_maybe_shared(self.0.split().freeze())
+            .unwrap_or(HeaderValue::from_static(""))
+    }
+}
+
+fn put_number(buf: &mut BytesMut, n: u64) {
+    buf.put_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 #[cfg(test)]
@@ -132,16 +324,17 @@ mod tests {
 
     #[test]
     fn one_item_per_limit_and_the_binding_limit_in_x_headers() {
-        let applied = [
-            Applied {
-                limit: NamedLimit::new("per-ip", "ip", Quota::per_minute(100).unwrap()),
-                checks: vec![0],
-            },
-            Applied {
-                limit: NamedLimit::new("per-user", "user", Quota::per_second(10).unwrap()),
-                checks: vec![1, 2],
-            },
-        ];
+        let mut applied = AppliedLimits::default();
+        applied.push(Applied {
+            limit: NamedLimit::new("per-ip", "ip", Quota::per_minute(100).unwrap()).shown(),
+            checks: Checks::one(0),
+        });
+        let mut checks = Checks::one(1);
+        checks.insert(2);
+        applied.push(Applied {
+            limit: NamedLimit::new("per-user", "user", Quota::per_second(10).unwrap()).shown(),
+            checks,
+        });
         let decisions = Decisions::from(vec![
             allowed(100, 99, 1),
             allowed(10, 3, 1),
@@ -160,6 +353,43 @@ mod tests {
         assert_eq!(headers["x-ratelimit-limit"], "10");
         assert_eq!(headers["x-ratelimit-remaining"], "3");
         assert!(!headers.contains_key("retry-after"));
+    }
+
+    #[test]
+    fn a_formatted_policy_value_is_shown_only_when_every_limit_was_decided() {
+        let limits = [
+            NamedLimit::new("a", "ip", Quota::per_second(1).unwrap()),
+            NamedLimit::new("b", "ip", Quota::per_second(2).unwrap()),
+        ];
+        let mut applied = AppliedLimits::default();
+        for (i, limit) in limits.iter().enumerate() {
+            applied.push(Applied {
+                limit: limit.shown(),
+                checks: Checks::one(i),
+            });
+        }
+        applied.formatted(&policy_value(&limits));
+        let mut headers = HeaderMap::new();
+        let both = Decisions::from(vec![allowed(1, 0, 1), allowed(2, 1, 1)]);
+        apply(&mut headers, HeaderStyle::Ietf, &applied, &both, false);
+        assert_eq!(headers["ratelimit-policy"], r#""a";q=1;w=1, "b";q=2;w=1"#);
+        // A store that decided fewer limits than it was given: only those are shown.
+        let one = Decisions::from(vec![allowed(1, 0, 1)]);
+        apply(&mut headers, HeaderStyle::Ietf, &applied, &one, true);
+        assert_eq!(headers["ratelimit-policy"], r#""a";q=1;w=1"#);
+        assert_eq!(headers["ratelimit"], r#""a";r=0;t=1"#);
+        assert_eq!(headers["retry-after"], "1");
+    }
+
+    #[test]
+    fn checks_are_a_set_of_indices() {
+        let mut checks = Checks::one(3);
+        checks.insert(0);
+        checks.insert(15);
+        checks.insert(16);
+        assert_eq!(checks.iter().collect::<Vec<_>>(), [0, 3, 15]);
+        assert!(checks.contains(15) && !checks.contains(16) && !checks.contains(1));
+        assert_eq!(Checks::default().iter().count(), 0);
     }
 
     #[test]

@@ -73,30 +73,44 @@ impl<B> Keys<B> {
     }
 }
 
+/// How many extractors' keys a request keeps without allocating.
+const INLINE: usize = 8;
+
 /// The keys of one request, each extracted at most once.
 pub(crate) struct RequestKeys<'a, B> {
     keys: &'a Keys<B>,
     req: &'a Request<B>,
-    cache: Vec<Option<Option<Key>>>,
+    /// The keys of the first [`INLINE`] extractors, by index: `None` until extracted.
+    first: [Option<Option<Key>>; INLINE],
+    /// Those of the others, made when one is extracted.
+    rest: Vec<Option<Option<Key>>>,
 }
 
 impl<'a, B> RequestKeys<'a, B> {
-    pub(crate) fn new(keys: &'a Keys<B>, req: &'a Request<B>) -> Self {
+    pub(crate) const fn new(keys: &'a Keys<B>, req: &'a Request<B>) -> Self {
         Self {
             keys,
             req,
-            cache: vec![None; keys.entries.len()],
+            first: [const { None }; INLINE],
+            rest: Vec::new(),
         }
     }
 
     /// The key named `name` of the request (`None`: no such key, or the request has none).
     pub(crate) fn get(&mut self, name: &str) -> Option<Key> {
         let i = self.keys.index(name)?;
-        let slot = &mut self.cache[i];
-        if slot.is_none() {
-            *slot = Some(self.keys.entries[i].1.extract(self.req));
-        }
-        slot.clone().flatten()
+        let slot = match self.first.get_mut(i) {
+            Some(slot) => slot,
+            None => {
+                let rest = self.keys.entries.len() - INLINE;
+                if self.rest.len() < rest {
+                    self.rest.resize(rest, None);
+                }
+                &mut self.rest[i - INLINE]
+            }
+        };
+        slot.get_or_insert_with(|| self.keys.entries[i].1.extract(self.req))
+            .clone()
     }
 
     /// The key `name`'s extractor gives the client `Key::from(value)` names.
@@ -117,5 +131,34 @@ impl<'a, B> RequestKeys<'a, B> {
             }
             None => (None, false),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn each_key_is_extracted_once_past_the_inline_ones_too() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        let mut keys = Keys::<()>::new();
+        for i in 0..INLINE + 3 {
+            keys.insert(&format!("k{i}"), move |_: &Request<()>| {
+                CALLS.fetch_add(1, Ordering::Relaxed);
+                (i % 2 == 0).then(|| Key::from(i as u64))
+            });
+        }
+        let req = Request::new(());
+        let mut request_keys = RequestKeys::new(&keys, &req);
+        for _ in 0..2 {
+            assert_eq!(request_keys.get("k0"), Some(Key::from(0u64)));
+            assert_eq!(request_keys.get("k1"), None);
+            assert_eq!(request_keys.get("k10"), Some(Key::from(10u64)));
+            assert_eq!(request_keys.get("k9"), None);
+            assert_eq!(request_keys.get("nope"), None);
+        }
+        assert_eq!(CALLS.load(Ordering::Relaxed), 4);
+        assert!(request_keys.get(GLOBAL).is_some());
     }
 }

@@ -7,32 +7,15 @@ use std::sync::{Arc, OnceLock};
 use http::StatusCode;
 use tower_layer::Layer;
 
-use super::error::PolicyError;
+use super::ban::{self, Ban};
+use super::error::{PolicyError, Problem};
 use super::handle::PolicyHandle;
 use super::keys::Keys;
-use super::service::{Config, PolicyService, Shared};
+use super::plans::{PlanSource, Plans};
+use super::service::{Config, OnStoreError, PolicyService, Shared};
 use crate::key::KeyExtractor;
 use crate::rate_limit::{HeaderStyle, MissingKey};
-
-/// What a [`PolicyLayer`] does with a request when its store cannot decide.
-///
-/// ```
-/// use ratewarden_tower::policy::OnStoreError;
-/// assert_eq!(OnStoreError::default(), OnStoreError::Fallback);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum OnStoreError {
-    /// Let it through, uncounted.
-    Open,
-    /// Answer `503` with `Retry-After: 1` (gRPC `UNAVAILABLE`).
-    Closed,
-    /// Decide on a local [`MemoryStore`](crate::MemoryStore) of the layer's, made when the
-    /// store first fails, each instance enforcing the whole quotas alone (as
-    /// [`FailureMode`](crate::rate_limit::FailureMode)'s default does for one quota).
-    #[default]
-    Fallback,
-}
+use crate::tenant::{CachedResolver, QuotaResolver};
 
 /// Builds a [`PolicyLayer`]: registers key extractors by name and the layer's answers,
 /// then checks the running policy against the names in [`build`](Self::build).
@@ -44,6 +27,8 @@ pub struct PolicyLayerBuilder<St, B> {
     handle: PolicyHandle,
     keys: Keys<B>,
     config: Config,
+    plans: Option<Arc<dyn PlanSource>>,
+    ban: Option<Ban>,
 }
 
 impl<St, B: 'static> PolicyLayerBuilder<St, B> {
@@ -97,8 +82,84 @@ impl<St, B: 'static> PolicyLayerBuilder<St, B> {
     /// The [`PolicyError`] of a running policy that names a key not registered.
     ///
     /// See the [module example](super).
+    /// Adds each tenant's plan to the limits the rules give a request: the tenant is keyed by
+    /// the extractor named `key`, its [`Plan`](crate::tenant::Plan) comes from `plans` (the
+    /// application's resolver behind its cache), and each of the plan's limits counts the
+    /// request's cost on the tenant's key, under the limit's name. A request the rules do not
+    /// limit (allowed, or given no limits) is not counted against its plan. An unknown tenant
+    /// adds nothing; a lookup that fails follows the cache's `on_failure`: a plan, the
+    /// layer's [store error mode](Self::on_store_error), or 503. A plan whose limits would
+    /// take a request past [`MAX_LIMITS`](ratewarden_core::MAX_LIMITS) counts as a lookup that
+    /// failed.
+    ///
+    /// ```
+    /// use ratewarden_tower::key::Header;
+    /// use ratewarden_tower::policy::{NamedLimit, Policy, PolicyHandle, PolicyLayer, Rule};
+    /// use ratewarden_tower::tenant::{CachedResolver, Plan, ResolveError};
+    /// use ratewarden_tower::{Key, MemoryStore, Quota};
+    ///
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let plans = CachedResolver::new(|tenant: &Key| {
+    ///     let gold = *tenant == Key::from("acme");
+    ///     async move {
+    ///         let quota = if gold { Quota::per_minute(1_000) } else { Quota::per_minute(10) };
+    ///         Ok::<_, ResolveError>(Some(Plan::new("plan", [("per-tenant", quota.map_err(ResolveError::new)?)]).map_err(ResolveError::new)?))
+    ///     }
+    /// });
+    /// let policy = Policy::new().otherwise(Rule::new().limit(NamedLimit::new("everyone", "global", Quota::per_second(100)?)));
+    /// let layer = PolicyLayer::<_, ()>::builder(MemoryStore::new(), PolicyHandle::new(policy)?)
+    ///     .key("tenant", Header::new(http::HeaderName::from_static("x-tenant")))
+    ///     .plans("tenant", plans)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn plans<R: QuotaResolver>(mut self, key: &str, plans: CachedResolver<R>) -> Self {
+        self.plans = Some(Arc::new(Plans {
+            key: key.to_owned(),
+            cache: plans,
+        }));
+        self
+    }
+
+    /// Bans a key its limits denied too often (see [`Ban`]).
+    ///
+    /// ```
+    /// use ratewarden_tower::key::PeerIp;
+    /// use ratewarden_tower::policy::{Ban, Policy, PolicyHandle, PolicyLayer};
+    /// use ratewarden_tower::MemoryStore;
+    /// use std::time::Duration;
+    ///
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ban = Ban::new(20, Duration::from_secs(60), Duration::from_secs(600))?;
+    /// let layer = PolicyLayer::<_, ()>::builder(MemoryStore::new(), PolicyHandle::new(Policy::new())?)
+    ///     .key("ip", PeerIp::new())
+    ///     .ban(ban)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub const fn ban(mut self, ban: Ban) -> Self {
+        self.ban = Some(ban);
+        self
+    }
+
     pub fn build(self) -> Result<PolicyLayer<St, B>, PolicyError> {
-        self.handle.attach(self.keys.names())?;
+        let names = self.keys.names();
+        if let Some(plans) = &self.plans
+            && !names.iter().any(|name| name == plans.key())
+        {
+            return Err(PolicyError::new(
+                "plans",
+                Problem::UnknownKey {
+                    key: plans.key().to_owned(),
+                    known: names,
+                },
+            ));
+        }
+        self.handle.attach(names.clone())?;
+        let ban_scopes = names
+            .iter()
+            .map(|name| (name.clone(), ban::scope(name)))
+            .collect();
         Ok(PolicyLayer {
             shared: Arc::new(Shared {
                 store: self.store,
@@ -106,6 +167,8 @@ impl<St, B: 'static> PolicyLayerBuilder<St, B> {
                 handle: self.handle,
                 config: self.config,
                 fallback: OnceLock::new(),
+                plans: self.plans,
+                ban: self.ban.map(|ban| (ban, ban_scopes)),
             }),
             _body: PhantomData,
         })
@@ -143,6 +206,8 @@ impl<St, B: 'static> PolicyLayer<St, B> {
             handle,
             keys: Keys::new(),
             config: Config::default(),
+            plans: None,
+            ban: None,
         }
     }
 }

@@ -68,6 +68,7 @@
 //! ```
 
 mod access;
+mod ban;
 mod definition;
 mod error;
 #[cfg(feature = "policy-file")]
@@ -77,21 +78,23 @@ mod headers;
 mod keys;
 mod layer;
 mod observe;
+mod plans;
 mod rule;
 mod service;
 #[cfg(feature = "policy-file")]
 mod watch;
 
 pub use access::AccessList;
+pub use ban::Ban;
 pub use definition::{MAX_LIMITS_PER_REQUEST, MatchMode, Policy};
 pub use error::{Location, PolicyError, Problem};
 #[cfg(feature = "policy-file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "policy-file")))]
 pub use file::{LoadError, load_file, parse};
 pub use handle::{PolicyHandle, Reloads};
-pub use layer::{OnStoreError, PolicyLayer, PolicyLayerBuilder};
+pub use layer::{PolicyLayer, PolicyLayerBuilder};
 pub use rule::{Action, NamedLimit, Rule};
-pub use service::PolicyService;
+pub use service::{OnStoreError, PolicyService};
 #[cfg(feature = "policy-file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "policy-file")))]
 pub use watch::{WatchGuard, watch};

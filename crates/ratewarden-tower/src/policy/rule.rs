@@ -1,7 +1,7 @@
 //! [`Rule`], [`NamedLimit`] and [`Action`]: what a request matches and what it then gets.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::header::HeaderName;
@@ -71,13 +71,19 @@ impl Action {
 /// ```
 #[derive(Clone)]
 pub struct NamedLimit {
-    name: Arc<str>,
-    key: Arc<str>,
+    named: Arc<Named>,
     quota: Quota,
+}
+
+/// A [`NamedLimit`]'s strings, behind one pointer.
+#[derive(Debug)]
+struct Named {
+    name: Arc<str>,
+    key: Box<str>,
     /// [`Key::scope_of`] the name, computed once.
     scope: u64,
     /// `"name";q=Q;w=W`, formatted once.
-    policy_item: Arc<str>,
+    policy_item: Box<str>,
 }
 
 impl NamedLimit {
@@ -95,10 +101,12 @@ impl NamedLimit {
             .unwrap_or(Duration::MAX);
         let secs = window.as_secs() + u64::from(window.subsec_nanos() > 0);
         Self {
-            policy_item: Arc::from(format!("\"{name}\";q={limit};w={}", secs.max(1))),
-            scope: Key::scope_of(name),
-            name: Arc::from(name),
-            key: Arc::from(key),
+            named: Arc::new(Named {
+                policy_item: format!("\"{name}\";q={limit};w={}", secs.max(1)).into(),
+                scope: Key::scope_of(name),
+                name: Arc::from(name),
+                key: key.into(),
+            }),
             quota,
         }
     }
@@ -108,7 +116,7 @@ impl NamedLimit {
     /// See the example on [`NamedLimit`].
     #[must_use]
     pub fn name(&self) -> &str {
-        &self.name
+        &self.named.name
     }
 
     /// The name of the key extractor that keys it.
@@ -116,7 +124,7 @@ impl NamedLimit {
     /// See the example on [`NamedLimit`].
     #[must_use]
     pub fn key(&self) -> &str {
-        &self.key
+        &self.named.key
     }
 
     /// Its quota.
@@ -127,28 +135,29 @@ impl NamedLimit {
         &self.quota
     }
 
-    pub(crate) const fn scope(&self) -> u64 {
-        self.scope
+    pub(crate) fn scope(&self) -> u64 {
+        self.named.scope
     }
 
     pub(crate) fn policy_item(&self) -> &str {
-        &self.policy_item
+        &self.named.policy_item
     }
 
-    pub(crate) fn shown_name(&self) -> &Arc<str> {
-        &self.name
+    /// What a request's headers and rejection show of the limit.
+    pub(crate) fn shown(&self) -> Shown {
+        Shown(Arc::clone(&self.named))
     }
 
     /// Whether `other` is the same limit: the same key and quota (names aside).
     pub(crate) fn same_as(&self, other: &Self) -> bool {
-        self.key == other.key && self.quota == other.quota
+        self.named.key == other.named.key && self.quota == other.quota
     }
 
     pub(crate) fn check_name(&self, field: &str) -> Result<(), PolicyError> {
-        let valid = !self.name.is_empty()
-            && self.name.len() <= 64
-            && self
-                .name
+        let name = &self.named.name;
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
         if valid {
@@ -157,18 +166,37 @@ impl NamedLimit {
             Err(PolicyError::new(
                 format!("{field}.name"),
                 Problem::InvalidLimitName {
-                    name: self.name.to_string(),
+                    name: name.to_string(),
                 },
             ))
         }
     }
 }
 
+/// What a request's headers and rejection show of a [`NamedLimit`]: its name and its
+/// `RateLimit-Policy` item, one pointer to clone.
+#[derive(Clone, Debug)]
+pub(crate) struct Shown(Arc<Named>);
+
+impl Shown {
+    pub(crate) fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    pub(crate) fn shown_name(&self) -> &Arc<str> {
+        &self.0.name
+    }
+
+    pub(crate) fn policy_item(&self) -> &str {
+        &self.0.policy_item
+    }
+}
+
 impl fmt::Debug for NamedLimit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NamedLimit")
-            .field("name", &self.name)
-            .field("key", &self.key)
+            .field("name", &self.named.name)
+            .field("key", &self.named.key)
             .field("quota", &self.quota.to_string())
             .finish()
     }
@@ -176,7 +204,7 @@ impl fmt::Debug for NamedLimit {
 
 impl PartialEq for NamedLimit {
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && self.same_as(other)
+        self.named.name == other.named.name && self.same_as(other)
     }
 }
 
@@ -208,6 +236,7 @@ impl Route {
         Some(Self::Exact(pattern.to_owned()))
     }
 
+    #[inline]
     fn matches(&self, path: &str) -> bool {
         match self {
             Self::Exact(exact) => path == exact,
@@ -258,6 +287,19 @@ pub struct Rule {
     pub(crate) limits: Vec<NamedLimit>,
     pub(crate) cost: u32,
     pub(crate) action: Action,
+    policy_header: PolicyHeader,
+}
+
+/// The `RateLimit-Policy` value of all of a rule's limits, formatted by the first request
+/// that shows them. Its `Debug` is blank: a rule's shows what the rule means, the same before
+/// and after requests.
+#[derive(Clone)]
+struct PolicyHeader(OnceLock<HeaderValue>);
+
+impl fmt::Debug for PolicyHeader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("..")
+    }
 }
 
 impl Default for Rule {
@@ -279,6 +321,7 @@ impl Rule {
             limits: Vec::new(),
             cost: 1,
             action: Action::Limit,
+            policy_header: PolicyHeader(OnceLock::new()),
         }
     }
 
@@ -346,6 +389,7 @@ impl Rule {
     #[must_use]
     pub fn limit(mut self, limit: NamedLimit) -> Self {
         self.limits.push(limit);
+        self.policy_header = PolicyHeader(OnceLock::new());
         self
     }
 
@@ -387,6 +431,13 @@ impl Rule {
     #[must_use]
     pub const fn get_action(&self) -> Action {
         self.action
+    }
+
+    /// The `RateLimit-Policy` value of a request every one of the rule's limits applied to.
+    pub(crate) fn policy_header(&self) -> &HeaderValue {
+        self.policy_header
+            .0
+            .get_or_init(|| super::headers::policy_value(&self.limits))
     }
 
     pub(crate) fn has_conditions(&self) -> bool {
@@ -436,19 +487,25 @@ impl Rule {
     }
 
     /// Whether `req`, whose route is `path`, meets every condition.
+    #[inline]
     pub(crate) fn matches<B>(&self, req: &Request<B>, path: &str) -> bool {
+        // The route first, inline: most rules of a policy are told apart by it.
         let route = self.routes.is_empty()
             || self
                 .routes
                 .iter()
                 .any(|(_, route)| route.as_ref().is_some_and(|r| r.matches(path)));
+        route && (self.methods.is_empty() && self.headers.is_empty() || self.matches_rest(req))
+    }
+
+    /// Whether `req` meets the method and header conditions.
+    fn matches_rest<B>(&self, req: &Request<B>) -> bool {
         let method = self.methods.is_empty()
             || self
                 .methods
                 .iter()
                 .any(|(_, m)| m.as_ref() == Some(req.method()));
-        route
-            && method
+        method
             && self.headers.iter().all(|h| match &h.parsed {
                 Some((name, None)) => req.headers().contains_key(name),
                 Some((name, Some(value))) => req.headers().get_all(name).iter().any(|v| v == value),
@@ -498,6 +555,22 @@ mod tests {
                 .header("x-plan", None)
                 .matches(&req(Method::GET, ""), "/")
         );
+    }
+
+    #[test]
+    fn the_policy_header_is_formatted_once_for_the_limits_the_rule_has() {
+        let quota = Quota::per_minute(100).unwrap();
+        let rule = Rule::new().limit(NamedLimit::new("a", "ip", quota));
+        let before = format!("{rule:?}");
+        assert_eq!(rule.policy_header(), r#""a";q=100;w=60"#);
+        assert_eq!(
+            format!("{rule:?}"),
+            before,
+            "a rule's Debug is what it means"
+        );
+        let more = rule.clone().limit(NamedLimit::new("b", "ip", quota));
+        assert_eq!(more.policy_header(), r#""a";q=100;w=60, "b";q=100;w=60"#);
+        assert_eq!(rule.policy_header(), r#""a";q=100;w=60"#);
     }
 
     #[test]

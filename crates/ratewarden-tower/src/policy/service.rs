@@ -5,21 +5,43 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response, StatusCode, header};
-use ratewarden_core::{Decision, Decisions, Limit, MAX_LIMITS, Store, Timestamp};
+use http::{HeaderMap, Request, Response, StatusCode, header};
+use ratewarden_core::{Decision, Decisions, Limit, MAX_LIMITS, Store};
 use ratewarden_memory::MemoryStore;
 use tower_service::Service;
 
-use super::handle::{PolicyHandle, Snapshot};
-use super::headers::{self, Applied};
+use super::ban::Ban;
+use super::handle::{Now, PolicyHandle, Snapshot};
+use super::headers::{self, Applied, AppliedLimits, Checks};
 use super::keys::{Keys, RequestKeys};
-use super::layer::OnStoreError;
 use super::observe::{self, Outcome};
+use super::plans::PlanSource;
 use super::rule::Action;
 use crate::rate_limit::future::{Headers, ResponseFuture, finish};
+use crate::rate_limit::is_grpc;
 use crate::rate_limit::{
     DefaultRejection, DenialReason, Denied, HeaderStyle, MissingKey, Rejection, ResponseBody,
 };
+
+/// What a [`PolicyLayer`](super::PolicyLayer) does with a request when its store cannot decide.
+///
+/// ```
+/// use ratewarden_tower::policy::OnStoreError;
+/// assert_eq!(OnStoreError::default(), OnStoreError::Fallback);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnStoreError {
+    /// Let it through, uncounted.
+    Open,
+    /// Answer `503` with `Retry-After: 1` (gRPC `UNAVAILABLE`).
+    Closed,
+    /// Decide on a local [`MemoryStore`](crate::MemoryStore) of the layer's, made when the
+    /// store first fails, each instance enforcing the whole quotas alone (as
+    /// [`FailureMode`](crate::rate_limit::FailureMode)'s default does for one quota).
+    #[default]
+    Fallback,
+}
 
 /// The layer's settings.
 #[derive(Clone, Debug)]
@@ -49,13 +71,17 @@ pub(crate) struct Shared<St, B> {
     pub(crate) config: Config,
     /// The local store of [`OnStoreError::Fallback`], made when the store first fails.
     pub(crate) fallback: OnceLock<MemoryStore>,
+    /// Where tenants' plans come from, if they count.
+    pub(crate) plans: Option<Arc<dyn PlanSource>>,
+    /// Bans, and the scope of the bans of each key extractor's keys.
+    pub(crate) ban: Option<(Ban, Vec<(String, u64)>)>,
 }
 
 /// The checks one request needs: its limits for the store, and how they map to the limits
 /// shown in its headers.
 struct Plan {
     limits: Vec<Limit>,
-    applied: Vec<Applied>,
+    applied: AppliedLimits,
     shadow: bool,
 }
 
@@ -82,7 +108,7 @@ enum Step {
 impl<St, B> Shared<St, B> {
     /// Decides what `req` needs, on one policy snapshot: deny list, allow list, the rules,
     /// then each limit's key.
-    fn plan(&self, req: &Request<B>, snapshot: &Snapshot, now: Timestamp) -> Step {
+    fn plan(&self, req: &Request<B>, snapshot: &Snapshot, now: Now<'_>) -> Step {
         let policy = &snapshot.policy;
         let mut keys = RequestKeys::new(&self.keys, req);
         if !policy.denied().is_empty() && policy.denied().contains(&mut keys) {
@@ -107,11 +133,11 @@ impl<St, B> Shared<St, B> {
         }
         let mut plan = Plan {
             limits: Vec::with_capacity(verdict.limits.len()),
-            applied: Vec::with_capacity(verdict.limits.len()),
+            applied: AppliedLimits::default(),
             shadow: verdict.action == Action::Shadow,
         };
         // Each limit under its own scope, so that two names never share a bucket.
-        for &(limit, cost) in &verdict.limits {
+        for (limit, cost) in verdict.limits.iter() {
             let Some(key) = keys.get(limit.key()) else {
                 match self.missing_key(req, &keys, limit.key(), plan.shadow) {
                     None => continue,
@@ -119,34 +145,42 @@ impl<St, B> Shared<St, B> {
                 }
             };
             plan.applied.push(Applied {
-                limit: limit.clone(),
-                checks: vec![plan.limits.len()],
+                limit: limit.shown(),
+                checks: Checks::one(plan.limits.len()),
             });
             plan.limits
                 .push(Limit::new(key.scoped(limit.scope()), *limit.quota(), cost));
         }
+        // A rule's limits, all applied: their `RateLimit-Policy` is formatted once.
+        if let Some(rule) = verdict.limits.rule()
+            && plan.limits.len() == rule.limits().len()
+        {
+            plan.applied.formatted(rule.policy_header());
+        }
         // Then the previous quotas a reload changed, newest first, while they fit.
-        for &(limit, cost) in &verdict.limits {
-            let Some(applied) = plan
-                .applied
-                .iter()
-                .position(|a| a.limit.name() == limit.name())
-            else {
-                continue;
-            };
-            for previous in snapshot.previous(limit.name(), now) {
-                if plan.limits.len() >= MAX_LIMITS {
-                    break;
-                }
-                let Some(key) = keys.get(previous.key()) else {
+        if !snapshot.transitions.is_empty() {
+            for (limit, cost) in verdict.limits.iter() {
+                let Some(applied) = plan
+                    .applied
+                    .iter_mut()
+                    .find(|a| a.limit.name() == limit.name())
+                else {
                     continue;
                 };
-                plan.applied[applied].checks.push(plan.limits.len());
-                plan.limits.push(Limit::new(
-                    key.scoped(previous.scope()),
-                    *previous.quota(),
-                    cost,
-                ));
+                for previous in snapshot.previous(limit.name(), &now) {
+                    if plan.limits.len() >= MAX_LIMITS {
+                        break;
+                    }
+                    let Some(key) = keys.get(previous.key()) else {
+                        continue;
+                    };
+                    applied.checks.insert(plan.limits.len());
+                    plan.limits.push(Limit::new(
+                        key.scoped(previous.scope()),
+                        *previous.quota(),
+                        cost,
+                    ));
+                }
             }
         }
         if plan.limits.is_empty() {
@@ -202,7 +236,7 @@ impl<St, B> Shared<St, B> {
                 } else {
                     DenialReason::RateLimited
                 };
-                let shown = plan.applied.iter().find(|a| a.checks.contains(&i));
+                let shown = plan.applied.iter().find(|a| a.checks.contains(i));
                 (
                     *decision.info(),
                     reason,
@@ -248,9 +282,15 @@ impl<St: Store, B> Shared<St, B> {
     ) -> AfterFailure {
         #[cfg(feature = "tracing")]
         tracing::debug!(%error, mode = ?self.config.on_store_error, "rate-limit store failed");
-        #[cfg(not(feature = "tracing"))]
-        let _ = error;
-        match self.config.on_store_error {
+        // A request the store cannot decide whatever its health (more limits than it decides
+        // together, several limits on a store that decides one): refused, as a store failure
+        // of a closed layer is, never let through uncounted.
+        let mode = if error.is_backend_failure() {
+            self.config.on_store_error
+        } else {
+            OnStoreError::Closed
+        };
+        match mode {
             OnStoreError::Open => {
                 observe::count(Outcome::FailureOpen);
                 AfterFailure::Pass
@@ -260,25 +300,29 @@ impl<St: Store, B> Shared<St, B> {
                 if shadow {
                     return AfterFailure::Pass;
                 }
-                let mut answer = MissingKey::Reject(StatusCode::SERVICE_UNAVAILABLE)
-                    .answer(grpc, None)
-                    .unwrap_or_default();
-                answer
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
-                AfterFailure::Answer(answer)
+                AfterFailure::Answer(unavailable(grpc))
             }
             OnStoreError::Fallback => {
                 observe::count(Outcome::Fallback);
                 let store = self.fallback.get_or_init(MemoryStore::new);
                 match store.check_all_sync(limits) {
                     Ok(decisions) => AfterFailure::Decided(decisions),
-                    // (More limits than a store decides together: the plan never makes them.)
-                    Err(_) => AfterFailure::Pass,
+                    Err(_) => AfterFailure::Answer(unavailable(grpc)),
                 }
             }
         }
     }
+}
+
+/// The 503 of a request the layer cannot decide, to retry in a second.
+fn unavailable(grpc: bool) -> Response<Bytes> {
+    let mut answer = MissingKey::Reject(StatusCode::SERVICE_UNAVAILABLE)
+        .answer(grpc, None)
+        .unwrap_or_default();
+    answer
+        .headers_mut()
+        .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+    answer
 }
 
 /// The route a request is matched by: axum's matched path when there is one, else the URI
@@ -289,15 +333,6 @@ fn route<B>(req: &Request<B>) -> &str {
         return matched.as_str();
     }
     req.uri().path()
-}
-
-/// A gRPC call: a `POST` with a gRPC content type (as the rate-limit layer decides it).
-fn is_grpc<B>(req: &Request<B>) -> bool {
-    req.method() == Method::POST
-        && req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"))
 }
 
 /// The service made by [`PolicyLayer`](super::PolicyLayer); see the [module docs](super).
@@ -430,6 +465,9 @@ impl<St: Store, B> Shared<St, B> {
         } else {
             Outcome::ShadowDenied
         });
+        if self.config.style == HeaderStyle::None {
+            return Verdict::Serve(Headers::None);
+        }
         let mut fields = HeaderMap::new();
         headers::apply(
             &mut fields,

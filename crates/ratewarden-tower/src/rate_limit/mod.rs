@@ -74,3 +74,4 @@ pub use missing_key::MissingKey;
 pub use policy::QuotaPolicy;
 pub use rejection::{DefaultRejection, DenialReason, Denied, Rejection};
 pub use service::RateLimit;
+pub(crate) use service::is_grpc;

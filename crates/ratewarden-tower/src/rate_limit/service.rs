@@ -291,7 +291,7 @@ fn clone_response(response: &Response<Bytes>) -> Response<Bytes> {
 /// A gRPC (or gRPC-Web) call: a `POST` with a gRPC content type. Any other request is
 /// answered in HTTP whatever its content type claims, so that a client cannot turn its 429
 /// into a gRPC answer's `200 OK`, which a shared cache could store for a `GET`.
-fn is_grpc<B>(req: &Request<B>) -> bool {
+pub(crate) fn is_grpc<B>(req: &Request<B>) -> bool {
     req.method() == Method::POST
         && req
             .headers()
