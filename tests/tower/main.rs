@@ -4,10 +4,12 @@
 mod behaviour;
 mod carry;
 mod client_ip;
+mod edges_policy;
 mod fuzz_corpus;
 mod grpc;
 mod headers;
 mod jwt;
 mod policy;
+mod policy_plans;
 mod support;
 mod tenant;

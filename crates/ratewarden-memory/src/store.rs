@@ -234,6 +234,13 @@ impl<C: Clock> MemoryStore<C> {
                 "more than 16 limits in one check",
             ));
         }
+        if let [one] = limits
+            && one.is_counted()
+        {
+            // One limit: a check, at its cost.
+            let decision = self.check_sync(one.key(), one.quota(), one.cost());
+            return Ok(Decisions::from(vec![decision]));
+        }
         let inner = &self.inner;
         let now = inner.clock.now();
         // Limits on one state are decided once: two that fit alone may not fit together.

@@ -144,10 +144,14 @@ impl AccessList {
         Ok(())
     }
 
-    /// Whether the request whose keys are `keys` is on the list.
-    ///
-    /// (A request whose key is unusable, such as a header sent twice, is not on it: the
-    /// layer refuses such a request before it looks at the lists.)
+    /// Whether a key the list names is in the request but cannot be read (a header sent
+    /// twice): such a request cannot be told off the list.
+    pub(crate) fn has_unusable<B>(&self, keys: &mut RequestKeys<'_, B>) -> bool {
+        (self.entries.iter()).any(|(name, _)| keys.get(name).is_none() && keys.missing(name).1)
+    }
+
+    /// Whether the request whose keys are `keys` is on the list (a key that cannot be read
+    /// is on neither: see [`has_unusable`](Self::has_unusable)).
     pub(crate) fn contains<B>(&self, keys: &mut RequestKeys<'_, B>) -> bool {
         self.entries.iter().any(|(name, entry)| {
             let Some(key) = keys.get(name) else {

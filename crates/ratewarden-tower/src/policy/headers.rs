@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderValue};
 use ratewarden_core::{Decision, Decisions, Info, MAX_LIMITS};
 
 use super::definition::MAX_LIMITS_PER_REQUEST;
-use super::rule::{NamedLimit, Shown};
+use super::rule::Shown;
 use crate::rate_limit::HeaderStyle;
 
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -84,6 +84,8 @@ pub(crate) struct AppliedLimits {
 
 impl AppliedLimits {
     pub(crate) fn push(&mut self, applied: Applied) {
+        // A value formatted before holds the limits pushed before only.
+        self.policy = None;
         match self.first.get_mut(self.len) {
             Some(slot) => {
                 *slot = Some(applied);
@@ -105,19 +107,6 @@ impl AppliedLimits {
     pub(crate) fn formatted(&mut self, policy: &HeaderValue) {
         self.policy = Some(policy.clone());
     }
-}
-
-/// The `RateLimit-Policy` value of `limits`: `"name";q=Q;w=W` each.
-pub(crate) fn policy_value(limits: &[NamedLimit]) -> HeaderValue {
-    let mut value = BytesMut::new();
-    for limit in limits {
-        if !value.is_empty() {
-            value.put_slice(b", ");
-        }
-        value.put_slice(limit.policy_item().as_bytes());
-    }
-    // (Limit names are checked to be tokens; a quota formats as digits.)
-    HeaderValue::from_maybe_shared(value.freeze()).unwrap_or(HeaderValue::from_static(""))
 }
 
 /// Whole seconds, rounded up.
@@ -311,6 +300,8 @@ fn put_number(buf: &mut BytesMut, n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::NamedLimit;
+    use crate::policy::rule::policy_value;
     use ratewarden_core::Quota;
 
     fn allowed(limit: u64, remaining: u64, reset: u64) -> Decision {

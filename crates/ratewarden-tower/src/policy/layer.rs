@@ -74,14 +74,6 @@ impl<St, B: 'static> PolicyLayerBuilder<St, B> {
         self
     }
 
-    /// The layer, once the running policy names only registered keys; every later policy
-    /// the handle is given must too.
-    ///
-    /// # Errors
-    ///
-    /// The [`PolicyError`] of a running policy that names a key not registered.
-    ///
-    /// See the [module example](super).
     /// Adds each tenant's plan to the limits the rules give a request: the tenant is keyed by
     /// the extractor named `key`, its [`Plan`](crate::tenant::Plan) comes from `plans` (the
     /// application's resolver behind its cache), and each of the plan's limits counts the
@@ -142,6 +134,15 @@ impl<St, B: 'static> PolicyLayerBuilder<St, B> {
         self
     }
 
+    /// The layer, once the running policy names only registered keys; every later policy
+    /// the handle is given must too.
+    ///
+    /// # Errors
+    ///
+    /// The [`PolicyError`] of a running policy that names a key not registered, or tenant plans keyed by
+    /// a key not registered.
+    ///
+    /// See the [module example](super).
     pub fn build(self) -> Result<PolicyLayer<St, B>, PolicyError> {
         let names = self.keys.names();
         if let Some(plans) = &self.plans

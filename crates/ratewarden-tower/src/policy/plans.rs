@@ -5,9 +5,11 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use ratewarden_core::Key;
+use ratewarden_core::{Key, Limit, MAX_LIMITS};
 
-use crate::tenant::{CachedResolver, QuotaResolver, Resolution};
+use super::headers::{Applied, AppliedLimits, Checks};
+use super::rule::NamedLimit;
+use crate::tenant::{CachedResolver, Plan, QuotaResolver, Resolution};
 
 /// Where the layer finds a tenant's plan, whatever the resolver's type.
 pub(crate) trait PlanSource: Send + Sync + 'static {
@@ -38,4 +40,32 @@ impl<R: QuotaResolver> PlanSource for Plans<R> {
         let cache = self.cache.clone();
         Box::pin(async move { cache.resolve(&tenant).await })
     }
+}
+
+/// The limits of a tenant's plan, added to a request's: each counts `cost` on the tenant's
+/// key, under the plan limit's name. `Err` when they would take the request past
+/// [`MAX_LIMITS`], which counts as a lookup that failed.
+pub(crate) fn add(
+    plan: &Plan,
+    (tenant, key_name): (&Key, &str),
+    cost: u32,
+    limits: &mut Vec<Limit>,
+    applied: &mut AppliedLimits,
+) -> Result<(), ()> {
+    if limits.len() + plan.limits().len() > MAX_LIMITS {
+        return Err(());
+    }
+    for limit in plan.limits() {
+        let shown = NamedLimit::new(limit.name(), key_name, *limit.quota()).shown();
+        applied.push(Applied {
+            limit: shown,
+            checks: Checks::one(limits.len()),
+        });
+        limits.push(Limit::new(
+            tenant.clone().scoped(limit.scope()),
+            *limit.quota(),
+            cost,
+        ));
+    }
+    Ok(())
 }

@@ -437,7 +437,7 @@ impl Rule {
     pub(crate) fn policy_header(&self) -> &HeaderValue {
         self.policy_header
             .0
-            .get_or_init(|| super::headers::policy_value(&self.limits))
+            .get_or_init(|| policy_value(&self.limits))
     }
 
     pub(crate) fn has_conditions(&self) -> bool {
@@ -512,6 +512,20 @@ impl Rule {
                 None => false,
             })
     }
+}
+
+/// The `RateLimit-Policy` value of `limits`: `"name";q=Q;w=W` each.
+pub(crate) fn policy_value(limits: &[NamedLimit]) -> HeaderValue {
+    use bytes::BufMut as _;
+    let mut value = bytes::BytesMut::new();
+    for limit in limits {
+        if !value.is_empty() {
+            value.put_slice(b", ");
+        }
+        value.put_slice(limit.policy_item().as_bytes());
+    }
+    // (Limit names are checked to be tokens; a quota formats as digits.)
+    HeaderValue::from_maybe_shared(value.freeze()).unwrap_or(HeaderValue::from_static(""))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, header};
-use ratewarden_core::{Decision, Decisions, Limit, MAX_LIMITS, Store};
+use ratewarden_core::{Decision, Decisions, Key, Limit, MAX_LIMITS, Quota, Store};
 use ratewarden_memory::MemoryStore;
 use tower_service::Service;
 
@@ -15,13 +15,14 @@ use super::handle::{Now, PolicyHandle, Snapshot};
 use super::headers::{self, Applied, AppliedLimits, Checks};
 use super::keys::{Keys, RequestKeys};
 use super::observe::{self, Outcome};
-use super::plans::PlanSource;
+use super::plans::{self, PlanSource};
 use super::rule::Action;
 use crate::rate_limit::future::{Headers, ResponseFuture, finish};
 use crate::rate_limit::is_grpc;
 use crate::rate_limit::{
     DefaultRejection, DenialReason, Denied, HeaderStyle, MissingKey, Rejection, ResponseBody,
 };
+use crate::tenant::Resolution;
 
 /// What a [`PolicyLayer`](super::PolicyLayer) does with a request when its store cannot decide.
 ///
@@ -83,6 +84,14 @@ struct Plan {
     limits: Vec<Limit>,
     applied: AppliedLimits,
     shadow: bool,
+    /// The cost of the request's limits (a tenant plan's limits count it too).
+    cost: u32,
+    /// A tenant whose plan is to be looked up before the check.
+    tenant: Option<Key>,
+    /// With bans: the probe of each key's ban (its index among the limits), and each limit
+    /// whose denial counts against its key (index, ban scope, key).
+    bans: Vec<usize>,
+    bannable: Vec<(usize, u64, Key)>,
 }
 
 /// What a store's failure leaves the layer to do.
@@ -111,7 +120,11 @@ impl<St, B> Shared<St, B> {
     fn plan(&self, req: &Request<B>, snapshot: &Snapshot, now: Now<'_>) -> Step {
         let policy = &snapshot.policy;
         let mut keys = RequestKeys::new(&self.keys, req);
-        if !policy.denied().is_empty() && policy.denied().contains(&mut keys) {
+        // A key the deny list names, sent so that it cannot be read (a header twice), cannot
+        // be told off the list: refused.
+        if !policy.denied().is_empty()
+            && (policy.denied().contains(&mut keys) || policy.denied().has_unusable(&mut keys))
+        {
             observe::count(Outcome::DenyListed);
             return Step::Answer(self.refuse(req));
         }
@@ -135,6 +148,10 @@ impl<St, B> Shared<St, B> {
             limits: Vec::with_capacity(verdict.limits.len()),
             applied: AppliedLimits::default(),
             shadow: verdict.action == Action::Shadow,
+            cost: 1,
+            tenant: None,
+            bans: Vec::new(),
+            bannable: Vec::new(),
         };
         // Each limit under its own scope, so that two names never share a bucket.
         for (limit, cost) in verdict.limits.iter() {
@@ -148,6 +165,10 @@ impl<St, B> Shared<St, B> {
                 limit: limit.shown(),
                 checks: Checks::one(plan.limits.len()),
             });
+            plan.cost = cost;
+            if let Some(scope) = self.ban_scope(limit.key()) {
+                plan.bannable.push((plan.limits.len(), scope, key.clone()));
+            }
             plan.limits
                 .push(Limit::new(key.scoped(limit.scope()), *limit.quota(), cost));
         }
@@ -157,20 +178,38 @@ impl<St, B> Shared<St, B> {
         {
             plan.applied.formatted(rule.policy_header());
         }
-        // Then the previous quotas a reload changed, newest first, while they fit.
+        if plan.limits.is_empty() {
+            return Step::Pass;
+        }
+        if let Some(step) = self.plan_extras(&mut plan, &mut keys, req) {
+            return step;
+        }
+        // Then the previous quotas a reload changed, while they fit: every limit's newest
+        // first, then every limit's next, so that none loses its newest to another's older.
         if !snapshot.transitions.is_empty() {
-            for (limit, cost) in verdict.limits.iter() {
-                let Some(applied) = plan
-                    .applied
-                    .iter_mut()
-                    .find(|a| a.limit.name() == limit.name())
-                else {
-                    continue;
-                };
-                for previous in snapshot.previous(limit.name(), &now) {
+            let previous: Vec<_> = (verdict.limits.iter())
+                .map(|(limit, cost)| {
+                    (
+                        limit,
+                        cost,
+                        snapshot.previous(limit.name(), &now).collect::<Vec<_>>(),
+                    )
+                })
+                .collect();
+            let deepest = previous.iter().map(|(_, _, p)| p.len()).max().unwrap_or(0);
+            for depth in 0..deepest {
+                for (limit, cost, quotas) in &previous {
+                    let Some(previous) = quotas.get(depth) else {
+                        continue;
+                    };
                     if plan.limits.len() >= MAX_LIMITS {
                         break;
                     }
+                    let Some(applied) =
+                        (plan.applied.iter_mut()).find(|a| a.limit.name() == limit.name())
+                    else {
+                        continue;
+                    };
                     let Some(key) = keys.get(previous.key()) else {
                         continue;
                     };
@@ -178,7 +217,7 @@ impl<St, B> Shared<St, B> {
                     plan.limits.push(Limit::new(
                         key.scoped(previous.scope()),
                         *previous.quota(),
-                        cost,
+                        *cost,
                     ));
                 }
             }
@@ -187,6 +226,81 @@ impl<St, B> Shared<St, B> {
             return Step::Pass;
         }
         Step::Check(plan)
+    }
+
+    /// The scope of the bans of keys named `name`, when the layer bans.
+    fn ban_scope(&self, name: &str) -> Option<u64> {
+        let (_, scopes) = self.ban.as_ref()?;
+        scopes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|&(_, scope)| scope)
+    }
+
+    /// Adds what the layer's tenant plans and bans give a request limited by the rules: the
+    /// tenant's plan (now, when the cache holds it; else the tenant is looked up before the
+    /// check), and a probe of the ban of each key its limits count; `Some` to answer at once.
+    fn plan_extras(
+        &self,
+        plan: &mut Plan,
+        keys: &mut RequestKeys<'_, B>,
+        req: &Request<B>,
+    ) -> Option<Step> {
+        if let Some(plans) = &self.plans
+            && let Some(tenant) = keys.get(plans.key())
+        {
+            match plans.ready(&tenant) {
+                Some(resolution) => {
+                    let step = self.with_plan(plan, resolution, &tenant, is_grpc(req));
+                    if step.is_some() {
+                        return step;
+                    }
+                }
+                None => plan.tenant = Some(tenant),
+            }
+        }
+        if let Some((ban, _)) = &self.ban {
+            let mut probed: Vec<(u64, &Key)> = Vec::new();
+            for (_, scope, key) in &plan.bannable {
+                if probed.contains(&(*scope, key)) || plan.limits.len() >= MAX_LIMITS {
+                    continue;
+                }
+                probed.push((*scope, key));
+                plan.bans.push(plan.limits.len());
+                plan.limits.push(ban.probe(key, *scope));
+            }
+        }
+        None
+    }
+
+    /// Adds a tenant's plan, as looked up, to `plan`; `Some` with what to do with the request
+    /// instead when the lookup failed and the layer's store error mode does not let it go on.
+    fn with_plan(
+        &self,
+        plan: &mut Plan,
+        resolution: Resolution,
+        tenant: &Key,
+        grpc: bool,
+    ) -> Option<Step> {
+        let failed = match (&resolution, &self.plans) {
+            (Resolution::Plan(found), Some(plans)) => {
+                let limits = (&mut plan.limits, &mut plan.applied);
+                plans::add(found, (tenant, plans.key()), plan.cost, limits.0, limits.1).is_err()
+            }
+            (Resolution::Unknown, _) | (Resolution::Plan(_), None) => false,
+            (Resolution::FailureMode, _) => true,
+            (Resolution::Unavailable, _) => return Some(Step::Answer(unavailable(grpc))),
+        };
+        if !failed {
+            return None;
+        }
+        // As a store that failed: let the request through, refuse it, or (the local
+        // fallback) decide it on the rules' limits alone.
+        match self.config.on_store_error {
+            OnStoreError::Open => Some(Step::Pass),
+            OnStoreError::Closed => Some(Step::Answer(unavailable(grpc))),
+            OnStoreError::Fallback => None,
+        }
     }
 
     /// The answer to a request without the key `name` (`None`: leave that limit out).
@@ -221,9 +335,30 @@ impl<St, B> Shared<St, B> {
 
     /// The answer of the deny list and of `deny` rules.
     fn refuse(&self, req: &Request<B>) -> Response<Bytes> {
+        self.refuse_for(is_grpc(req))
+    }
+
+    /// The answer of the deny list, deny rules and bans.
+    fn refuse_for(&self, grpc: bool) -> Response<Bytes> {
         MissingKey::Reject(self.config.deny_status)
-            .answer(is_grpc(req), None)
+            .answer(grpc, None)
             .unwrap_or_default()
+    }
+
+    /// The keys whose denial this request counts toward a ban: those of the limits that
+    /// denied it (each once), with their ban scopes.
+    fn denied_keys(plan: &Plan, decisions: &Decisions) -> Vec<(u64, Key)> {
+        let mut keys: Vec<(u64, Key)> = Vec::new();
+        for (i, scope, key) in &plan.bannable {
+            let denied = decisions
+                .as_slice()
+                .get(*i)
+                .is_some_and(|d| !d.is_allowed());
+            if denied && !keys.iter().any(|(s, k)| s == scope && k == key) {
+                keys.push((*scope, key.clone()));
+            }
+        }
+        keys
     }
 
     /// The 429 for `decisions`, with its headers.
@@ -399,15 +534,27 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         // One snapshot for the whole request: it never sees two policies.
         let (snapshot, now) = self.shared.handle.load();
-        let plan = match self.shared.plan(&req, &snapshot, now) {
+        let mut plan = match self.shared.plan(&req, &snapshot, now) {
             Step::Pass => return ResponseFuture::inner(self.inner.call(req), Headers::None),
             Step::Answer(response) => return ResponseFuture::ready(response),
             Step::Check(plan) => plan,
         };
         drop(snapshot);
         let grpc = is_grpc(&req);
-        // A store that decides at once (the memory store): no future to box.
-        if let Some(result) = self.shared.store.check_all_ready(&plan.limits) {
+        // A store that decides at once (the memory store), and no plan to look up: no future
+        // to box.
+        if plan.tenant.is_none()
+            && let Some(result) = self.shared.store.check_all_ready(&plan.limits)
+        {
+            // (A store deciding at once decides these at once too.)
+            let store = &self.shared.store;
+            for ((key, quota), (ban, banned)) in self.shared.denials(&result, &plan) {
+                if let Some(Ok(over)) = store.check_ready(&key, &quota, 1)
+                    && !over.is_allowed()
+                {
+                    let _ = store.check_ready(&ban, &banned, 1);
+                }
+            }
             return match self.shared.decided(result, &plan, grpc) {
                 Verdict::Serve(headers) => ResponseFuture::inner(self.inner.call(req), headers),
                 Verdict::Answer(response) => ResponseFuture::ready(response),
@@ -417,12 +564,52 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(Box::pin(async move {
+            if let (Some(tenant), Some(plans)) = (plan.tenant.take(), shared.plans.as_ref()) {
+                let resolution = plans.resolve(tenant.clone()).await;
+                match shared.with_plan(&mut plan, resolution, &tenant, grpc) {
+                    None => {}
+                    Some(Step::Answer(response)) => return Ok(response.map(ResponseBody::full)),
+                    Some(_) => return Ok(finish(inner.call(req).await?, Headers::None)),
+                }
+            }
             let result = shared.store.check_all(&plan.limits).await;
+            for ((key, quota), (ban, banned)) in shared.denials(&result, &plan) {
+                if let Ok(over) = shared.store.check(&key, &quota, 1).await
+                    && !over.is_allowed()
+                {
+                    let _ = shared.store.check(&ban, &banned, 1).await;
+                }
+            }
             match shared.decided(result, &plan, grpc) {
                 Verdict::Serve(headers) => Ok(finish(inner.call(req).await?, headers)),
                 Verdict::Answer(response) => Ok(response.map(ResponseBody::full)),
             }
         }))
+    }
+}
+
+impl<St, B> Shared<St, B> {
+    /// For a request its limits denied (not banned, not in shadow mode), the denial counter
+    /// of each key whose limit denied it, and the ban to set when the counter denies in turn.
+    fn denials(
+        &self,
+        result: &Result<Decisions, ratewarden_core::StoreError>,
+        plan: &Plan,
+    ) -> Vec<((Key, Quota), (Key, Quota))> {
+        let (Some((ban, _)), Ok(decisions)) = (&self.ban, result) else {
+            return Vec::new();
+        };
+        let slice = decisions.as_slice();
+        let banned = plan
+            .bans
+            .iter()
+            .any(|&i| slice.get(i).is_some_and(|d| !d.is_allowed()));
+        if plan.shadow || decisions.is_allowed() || banned {
+            return Vec::new();
+        }
+        (Self::denied_keys(plan, decisions).iter())
+            .map(|(scope, key)| (ban.denial(key, *scope), ban.ban(key, *scope)))
+            .collect()
     }
 }
 
@@ -451,6 +638,19 @@ impl<St: Store, B> Shared<St, B> {
             },
         };
         let admitted = decisions.is_allowed();
+        let banned = (plan.bans.iter())
+            .find_map(|&i| decisions.as_slice().get(i).filter(|d| !d.is_allowed()));
+        if let Some(ban) = banned
+            && !plan.shadow
+        {
+            observe::count(Outcome::DenyListed);
+            let mut answer = self.refuse_for(grpc);
+            let retry = headers::ceil_secs(ban.info().retry_after()).max(1);
+            answer
+                .headers_mut()
+                .insert(header::RETRY_AFTER, http::HeaderValue::from(retry));
+            return Verdict::Answer(answer);
+        }
         if !admitted && !plan.shadow {
             observe::count(Outcome::Denied);
             #[cfg(feature = "tracing")]

@@ -1,0 +1,198 @@
+//! The policy layer with tenant plans from the application and temporary bans: plans add
+//! their limits to the rules', a failed lookup follows its configured answer, a key denied too
+//! often is refused on every gateway that shares the store.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use ratewarden_core::{Key, Quota, Store};
+use ratewarden_tower::key::{Header, PeerIp};
+use ratewarden_tower::policy::{Ban, NamedLimit, Policy, PolicyHandle, PolicyLayer, Rule};
+use ratewarden_tower::tenant::{CachedResolver, OnFailure, Plan, ResolveError};
+
+use crate::support::{get_from, header, manual_store, send};
+
+fn quota(text: &str) -> Quota {
+    text.parse().unwrap()
+}
+
+/// Every request limited per IP at `per_ip`.
+fn per_ip(per_ip: &str) -> PolicyHandle {
+    let policy =
+        Policy::new().otherwise(Rule::new().limit(NamedLimit::new("per-ip", "ip", quota(per_ip))));
+    PolicyHandle::new(policy).unwrap()
+}
+
+fn tenant(name: &str) -> [(&'static str, &[u8]); 1] {
+    [("x-tenant", name.as_bytes())]
+}
+
+/// A resolver: `gold` has 3 a minute, `free` 1, anyone else is unknown; `broken` fails.
+fn plans(
+    lookups: &Arc<AtomicUsize>,
+) -> CachedResolver<impl ratewarden_tower::tenant::QuotaResolver> {
+    let lookups = Arc::clone(lookups);
+    let resolver = move |tenant: &Key| {
+        lookups.fetch_add(1, Ordering::SeqCst);
+        let tenant = tenant.clone();
+        async move {
+            let per_minute = if tenant == Key::from("gold") {
+                3
+            } else if tenant == Key::from("free") {
+                1
+            } else if tenant == Key::from("broken") {
+                return Err(ResolveError::new("the plans database is down"));
+            } else {
+                return Ok(None);
+            };
+            let quota = Quota::per_minute(per_minute).map_err(ResolveError::new)?;
+            Ok(Some(
+                Plan::new("plan", [("per-tenant", quota)]).map_err(ResolveError::new)?,
+            ))
+        }
+    };
+    CachedResolver::builder(resolver)
+        .on_failure(OnFailure::Unavailable)
+        .build()
+        .unwrap()
+}
+
+fn app_with_plans<St: Store>(
+    store: St,
+    plans: CachedResolver<impl ratewarden_tower::tenant::QuotaResolver>,
+) -> Router {
+    let layer = PolicyLayer::builder(store, per_ip("100/min"))
+        .key("ip", PeerIp::new())
+        .key(
+            "tenant",
+            Header::new(http::HeaderName::from_static("x-tenant")),
+        )
+        .plans("tenant", plans)
+        .build()
+        .unwrap();
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+/// A tenant's plan adds its limits to the rules': `gold` gets 3 a minute, `free` 1, each shown
+/// as an item of its own; an unknown tenant gets the rules' limits only; a lookup that fails
+/// answers as configured (503 here); each tenant is looked up once.
+#[tokio::test]
+async fn a_tenant_plan_adds_its_limits_and_a_failed_lookup_answers_as_configured() {
+    let (store, _clock) = manual_store();
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let app = app_with_plans(store, plans(&lookups));
+    let from = |who: &str| get_from("192.0.2.1:1", "/", &tenant(who));
+    for _ in 0..3 {
+        let (ok, _) = send(&app, from("gold")).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert!(
+            header(&ok, "ratelimit-policy").contains(r#""per-tenant";q=3;w=60"#),
+            "{ok:?}"
+        );
+    }
+    assert_eq!(
+        send(&app, from("gold")).await.0.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(send(&app, from("free")).await.0.status(), StatusCode::OK);
+    assert_eq!(
+        send(&app, from("free")).await.0.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for _ in 0..5 {
+        let (unknown, _) = send(&app, from("nobody")).await;
+        assert_eq!(unknown.status(), StatusCode::OK);
+        assert!(!header(&unknown, "ratelimit-policy").contains("per-tenant"));
+    }
+    assert_eq!(
+        send(&app, from("broken")).await.0.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    // gold, free, nobody and broken: one lookup each (failures are remembered too).
+    assert_eq!(lookups.load(Ordering::SeqCst), 4);
+}
+
+/// A layer on `store` limiting per IP at 1 a minute, banning an IP denied more than 3 times
+/// within a minute for `duration`.
+fn app_with_ban<St: Store>(store: St, duration: Duration) -> Router {
+    let ban = Ban::new(3, Duration::from_secs(60), duration).unwrap();
+    let layer = PolicyLayer::builder(store, per_ip("1/min"))
+        .key("ip", PeerIp::new())
+        .ban(ban)
+        .build()
+        .unwrap();
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+/// An IP denied more than 3 times in a minute is refused (403) for the ban's duration, with a
+/// `Retry-After` of the time left; another IP is not; the ban ends when its time is up, and
+/// the IP's limit was not counted while it stood.
+#[tokio::test]
+async fn a_key_denied_too_often_is_banned_for_the_duration() {
+    let (store, clock) = manual_store();
+    let app = app_with_ban(store, Duration::from_secs(600));
+    let from = |peer: &str| get_from(peer, "/", &[]);
+    assert_eq!(
+        send(&app, from("192.0.2.1:1")).await.0.status(),
+        StatusCode::OK
+    );
+    for _ in 0..4 {
+        let (denied, _) = send(&app, from("192.0.2.1:1")).await;
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+    let (banned, _) = send(&app, from("192.0.2.1:1")).await;
+    assert_eq!(banned.status(), StatusCode::FORBIDDEN);
+    let retry: u64 = header(&banned, "retry-after").parse().unwrap();
+    assert!((590..=600).contains(&retry), "retry-after {retry}");
+    assert_eq!(
+        send(&app, from("192.0.2.2:1")).await.0.status(),
+        StatusCode::OK
+    );
+    // Past the minute the limit would admit again: the ban still stands.
+    clock.advance(Duration::from_secs(120));
+    assert_eq!(
+        send(&app, from("192.0.2.1:1")).await.0.status(),
+        StatusCode::FORBIDDEN
+    );
+    clock.advance(Duration::from_secs(481));
+    assert_eq!(
+        send(&app, from("192.0.2.1:1")).await.0.status(),
+        StatusCode::OK
+    );
+}
+
+/// With Redis, a ban one gateway writes binds every other gateway from its next request:
+/// two layers on two stores of one server.
+#[tokio::test]
+async fn a_ban_written_by_one_gateway_binds_another_at_once() {
+    let server = tests::redis_server::RedisServer::start();
+    let gateway = || async {
+        let store = ratewarden_redis::RedisConfig::new(server.url())
+            .prefix("bans")
+            .deny_cache(0)
+            .timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .unwrap();
+        app_with_ban(store, Duration::from_secs(600))
+    };
+    let (a, b) = (gateway().await, gateway().await);
+    let from = || get_from("192.0.2.7:1", "/", &[]);
+    assert_eq!(send(&a, from()).await.0.status(), StatusCode::OK);
+    for _ in 0..4 {
+        assert_eq!(
+            send(&a, from()).await.0.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+    assert_eq!(send(&b, from()).await.0.status(), StatusCode::FORBIDDEN);
+    assert_eq!(send(&a, from()).await.0.status(), StatusCode::FORBIDDEN);
+}
