@@ -579,7 +579,8 @@ mod loom_tests {
 
 #[test]
 fn several_limits_go_to_the_store_as_one_call_and_unsupported_is_no_failure() {
-    let breaker = CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
+    // A store that decides one limit at a time answers several as Unsupported: no failure.
+    let scripted = CircuitBreaker::builder(Scripted::default())
         .failure_threshold(1)
         .build()
         .unwrap();
@@ -589,16 +590,24 @@ fn several_limits_go_to_the_store_as_one_call_and_unsupported_is_no_failure() {
         ratewarden_core::Limit::new(Key::from(2_u64), quota, 1),
     ];
     for _ in 0..3 {
-        let Poll::Ready(result) = now(breaker.check_all(&limits)) else {
-            panic!("the memory store answers at once");
+        let Poll::Ready(result) = now(scripted.check_all(&limits)) else {
+            panic!("the default check_all answers at once");
         };
         assert_eq!(result.unwrap_err().kind(), StoreErrorKind::Unsupported);
     }
-    assert_eq!(breaker.state(), BreakerState::Closed);
-    let Poll::Ready(one) = now(breaker.check_all(&limits[..1])) else {
+    assert_eq!(scripted.state(), BreakerState::Closed);
+    // A store that decides them together does, through the breaker, at once.
+    let memory = CircuitBreaker::builder(ratewarden_memory::MemoryStore::new())
+        .build()
+        .unwrap();
+    let Some(Ok(both)) = memory.check_all_ready(&limits) else {
         panic!("the memory store answers at once");
     };
-    assert!(one.unwrap().is_allowed());
+    assert!(both.is_allowed());
+    let Poll::Ready(one) = now(memory.check_all(&limits[..1])) else {
+        panic!("the memory store answers at once");
+    };
+    assert_eq!(one.unwrap().as_slice()[0].info().remaining(), 8);
 }
 
 #[test]
