@@ -124,7 +124,7 @@ fn app_with_ban<St: Store>(store: St, duration: Duration) -> Router {
     let ban = Ban::new(3, Duration::from_secs(60), duration).unwrap();
     let layer = PolicyLayer::builder(store, per_ip("1/min"))
         .key("ip", PeerIp::new())
-        .ban(ban)
+        .ban(&["ip"], ban)
         .build()
         .unwrap();
     Router::new()
@@ -195,4 +195,47 @@ async fn a_ban_written_by_one_gateway_binds_another_at_once() {
     }
     assert_eq!(send(&b, from()).await.0.status(), StatusCode::FORBIDDEN);
     assert_eq!(send(&a, from()).await.0.status(), StatusCode::FORBIDDEN);
+}
+
+/// The `X-RateLimit-*` fields of an admitted request show its limits, never its ban's probe;
+/// `global` cannot be banned, nor a key no extractor is registered for.
+#[tokio::test]
+async fn headers_show_the_limits_and_bans_name_single_clients() {
+    let (store, _clock) = manual_store();
+    let ban = Ban::new(3, Duration::from_secs(60), Duration::from_secs(600)).unwrap();
+    let layer = PolicyLayer::builder(store, per_ip("100/min"))
+        .key("ip", PeerIp::new())
+        .ban(&["ip"], ban)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let (ok, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(header(&ok, "x-ratelimit-limit"), "100");
+    assert_eq!(header(&ok, "x-ratelimit-remaining"), "99");
+    for keys in [&["global"][..], &["user"][..]] {
+        let (store, _clock) = manual_store();
+        let built = PolicyLayer::<_, axum::body::Body>::builder(store, per_ip("1/min"))
+            .key("ip", PeerIp::new())
+            .ban(keys, ban)
+            .build();
+        assert!(built.is_err(), "bans of {keys:?} were accepted");
+    }
+}
+
+/// A tenant key sent twice (which the application may read as either) is refused, never a way
+/// out of the tenant's plan.
+#[tokio::test]
+async fn a_tenant_key_sent_twice_is_refused() {
+    let (store, _clock) = manual_store();
+    let app = app_with_plans(store, plans(&Arc::new(AtomicUsize::new(0))));
+    let twice = get_from(
+        "192.0.2.1:1",
+        "/",
+        &[("x-tenant", b"gold"), ("x-tenant", b"free")],
+    );
+    let (refused, _) = send(&app, twice).await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
 }

@@ -44,7 +44,9 @@ impl Limit {
     }
 
     /// A limit that must admit `cost` units of `key` under `quota` for the request to be
-    /// admitted, and counts nothing whatever the outcome: its state is read, never written.
+    /// admitted, and counts nothing whatever the outcome: its state is read, never written
+    /// (but a state a store cannot read, which it replaces by a spent one as for any limit:
+    /// such a probe denies).
     ///
     /// ```
     /// use ratewarden_core::{Key, Limit, Quota};

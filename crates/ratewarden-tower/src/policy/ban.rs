@@ -9,6 +9,11 @@ use ratewarden_core::{Algorithm, Key, Limit, Quota, QuotaError};
 /// refused (the policy's deny status, 403 by default) for `duration` from then, whatever its
 /// limits would say, and uncounted by them meanwhile.
 ///
+/// Bans apply to the keys of the extractors a layer names
+/// ([`PolicyLayerBuilder::ban`](super::PolicyLayerBuilder::ban)), where a limit of a request is
+/// keyed by one; only the denials of those limits count. A ban ends when its time is up (no
+/// call lifts it sooner).
+///
 /// A ban is kept in the layer's store, so every gateway that shares the store honours it: the
 /// denials are counted under a sliding window, and the ban is a state every request of the
 /// key reads in the same call as its limits (a [probe](Limit::probe), never counted). With

@@ -109,6 +109,28 @@ impl AppliedLimits {
     }
 }
 
+/// The decision of the shown limits' checks that binds, as [`Decisions::binding`] picks it.
+fn binding<'a>(applied: &AppliedLimits, decisions: &'a Decisions) -> Option<&'a Decision> {
+    let slice = decisions.as_slice();
+    let shown = || {
+        (applied.iter())
+            .flat_map(|a| a.checks.iter())
+            .filter_map(|i| slice.get(i))
+    };
+    let refused = shown()
+        .filter(|d| !d.is_allowed())
+        .max_by_key(|d| d.info().retry_after());
+    refused.or_else(|| {
+        // remaining / limit, compared without division.
+        shown().min_by(|a, b| {
+            let (a, b) = (a.info(), b.info());
+            let left_a = u128::from(a.remaining()) * u128::from(b.limit().max(1));
+            let left_b = u128::from(b.remaining()) * u128::from(a.limit().max(1));
+            left_a.cmp(&left_b)
+        })
+    })
+}
+
 /// Whole seconds, rounded up.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
@@ -167,7 +189,8 @@ pub(crate) fn apply(
         if ietf {
             ratelimit(headers, values, applied, decisions.as_slice());
         }
-        if x && let Some((_, binding)) = decisions.binding() {
+        // (Of the limits shown: not a ban's probe, which is no limit of the client's.)
+        if x && let Some(binding) = binding(applied, decisions) {
             write_x(headers, values, binding.info());
         }
     });

@@ -28,7 +28,7 @@ pub struct PolicyLayerBuilder<St, B> {
     keys: Keys<B>,
     config: Config,
     plans: Option<Arc<dyn PlanSource>>,
-    ban: Option<Ban>,
+    ban: Option<(Ban, Vec<String>)>,
 }
 
 impl<St, B: 'static> PolicyLayerBuilder<St, B> {
@@ -113,7 +113,11 @@ impl<St, B: 'static> PolicyLayerBuilder<St, B> {
         self
     }
 
-    /// Bans a key its limits denied too often (see [`Ban`]).
+    /// Bans a key of one of the extractors named in `keys` that its limits denied too often
+    /// (see [`Ban`]). Name the keys of single clients (an IP, a user): a key many clients
+    /// share (a tenant, an IP behind a NAT) is banned for all of them when some are denied,
+    /// and `global`, which every request shares, cannot be named. A ban binds a request where
+    /// a limit of the request is keyed by that extractor.
     ///
     /// ```
     /// use ratewarden_tower::key::PeerIp;
@@ -125,12 +129,12 @@ impl<St, B: 'static> PolicyLayerBuilder<St, B> {
     /// let ban = Ban::new(20, Duration::from_secs(60), Duration::from_secs(600))?;
     /// let layer = PolicyLayer::<_, ()>::builder(MemoryStore::new(), PolicyHandle::new(Policy::new())?)
     ///     .key("ip", PeerIp::new())
-    ///     .ban(ban)
+    ///     .ban(&["ip"], ban)
     ///     .build()?;
     /// # Ok(()) }
     /// ```
-    pub const fn ban(mut self, ban: Ban) -> Self {
-        self.ban = Some(ban);
+    pub fn ban(mut self, keys: &[&str], ban: Ban) -> Self {
+        self.ban = Some((ban, keys.iter().map(|&key| key.to_owned()).collect()));
         self
     }
 
@@ -139,8 +143,8 @@ impl<St, B: 'static> PolicyLayerBuilder<St, B> {
     ///
     /// # Errors
     ///
-    /// The [`PolicyError`] of a running policy that names a key not registered, or tenant plans keyed by
-    /// a key not registered.
+    /// The [`PolicyError`] of a running policy that names a key not registered, or tenant
+    /// plans or bans keyed by one (or bans of `global`).
     ///
     /// See the [module example](super).
     pub fn build(self) -> Result<PolicyLayer<St, B>, PolicyError> {
@@ -156,11 +160,20 @@ impl<St, B: 'static> PolicyLayerBuilder<St, B> {
                 },
             ));
         }
-        self.handle.attach(names.clone())?;
-        let ban_scopes = names
-            .iter()
-            .map(|name| (name.clone(), ban::scope(name)))
-            .collect();
+        if let Some((_, banned)) = &self.ban
+            && let Some(key) = banned
+                .iter()
+                .find(|key| *key == "global" || !names.contains(key))
+        {
+            return Err(PolicyError::new(
+                "ban",
+                Problem::UnknownKey {
+                    key: key.clone(),
+                    known: names.into_iter().filter(|name| name != "global").collect(),
+                },
+            ));
+        }
+        self.handle.attach(names)?;
         Ok(PolicyLayer {
             shared: Arc::new(Shared {
                 store: self.store,
@@ -169,7 +182,13 @@ impl<St, B: 'static> PolicyLayerBuilder<St, B> {
                 config: self.config,
                 fallback: OnceLock::new(),
                 plans: self.plans,
-                ban: self.ban.map(|ban| (ban, ban_scopes)),
+                ban: self.ban.map(|(ban, keys)| {
+                    let scopes = keys
+                        .iter()
+                        .map(|key| (key.clone(), ban::scope(key)))
+                        .collect();
+                    (ban, scopes)
+                }),
             }),
             _body: PhantomData,
         })

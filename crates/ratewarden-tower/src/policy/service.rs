@@ -165,7 +165,7 @@ impl<St, B> Shared<St, B> {
                 limit: limit.shown(),
                 checks: Checks::one(plan.limits.len()),
             });
-            plan.cost = cost;
+            plan.cost = plan.cost.max(cost);
             if let Some(scope) = self.ban_scope(limit.key()) {
                 plan.bannable.push((plan.limits.len(), scope, key.clone()));
             }
@@ -246,19 +246,7 @@ impl<St, B> Shared<St, B> {
         keys: &mut RequestKeys<'_, B>,
         req: &Request<B>,
     ) -> Option<Step> {
-        if let Some(plans) = &self.plans
-            && let Some(tenant) = keys.get(plans.key())
-        {
-            match plans.ready(&tenant) {
-                Some(resolution) => {
-                    let step = self.with_plan(plan, resolution, &tenant, is_grpc(req));
-                    if step.is_some() {
-                        return step;
-                    }
-                }
-                None => plan.tenant = Some(tenant),
-            }
-        }
+        // Bans first: the probes always fit (a rule gives at most 8 limits).
         if let Some((ban, _)) = &self.ban {
             let mut probed: Vec<(u64, &Key)> = Vec::new();
             for (_, scope, key) in &plan.bannable {
@@ -268,6 +256,24 @@ impl<St, B> Shared<St, B> {
                 probed.push((*scope, key));
                 plan.bans.push(plan.limits.len());
                 plan.limits.push(ban.probe(key, *scope));
+            }
+        }
+        if let Some(plans) = &self.plans {
+            // A tenant key missing, or sent so that it cannot be read, is answered as a limit's
+            // missing key is: never a way out of the plan.
+            let Some(tenant) = keys.get(plans.key()) else {
+                return self
+                    .missing_key(req, keys, plans.key(), plan.shadow)
+                    .map(Step::Answer);
+            };
+            match plans.ready(&tenant) {
+                Some(resolution) => {
+                    let step = self.with_plan(plan, resolution, &tenant, is_grpc(req));
+                    if step.is_some() {
+                        return step;
+                    }
+                }
+                None => plan.tenant = Some(tenant),
             }
         }
         None
@@ -285,13 +291,20 @@ impl<St, B> Shared<St, B> {
         let failed = match (&resolution, &self.plans) {
             (Resolution::Plan(found), Some(plans)) => {
                 let limits = (&mut plan.limits, &mut plan.applied);
-                plans::add(found, (tenant, plans.key()), plan.cost, limits.0, limits.1).is_err()
+                let added = plans::add(found, (tenant, plans.key()), plan.cost, limits.0, limits.1);
+                if added.is_err() {
+                    // More limits than a store decides together: never let through uncounted.
+                    return Some(Step::Answer(unavailable(grpc)));
+                }
+                false
             }
             (Resolution::Unknown, _) | (Resolution::Plan(_), None) => false,
             (Resolution::FailureMode, _) => true,
+            (Resolution::Unavailable, _) if plan.shadow => false,
             (Resolution::Unavailable, _) => return Some(Step::Answer(unavailable(grpc))),
         };
-        if !failed {
+        // In shadow mode a failed lookup refuses nothing: the rules' limits are shown.
+        if !failed || plan.shadow {
             return None;
         }
         // As a store that failed: let the request through, refuse it, or (the local
@@ -645,7 +658,9 @@ impl<St: Store, B> Shared<St, B> {
         {
             observe::count(Outcome::DenyListed);
             let mut answer = self.refuse_for(grpc);
-            let retry = headers::ceil_secs(ban.info().retry_after()).max(1);
+            // The ban's end, or later when a limit denies past it.
+            let retry =
+                headers::ceil_secs(ban.info().retry_after()).max(headers::retry_after(&decisions));
             answer
                 .headers_mut()
                 .insert(header::RETRY_AFTER, http::HeaderValue::from(retry));

@@ -46,14 +46,14 @@ struct Inner {
 /// let limit = &plan.limits()[0];
 /// assert_eq!(limit.name(), "per-minute");
 /// assert_eq!(limit.quota(), &Quota::per_minute(60)?);
-/// assert_eq!(limit.scope(), Key::scope_of("per-minute"));
+/// assert_eq!(limit.scope(), Key::scope_of("plan/per-minute"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanLimit {
     name: Box<str>,
     quota: Quota,
-    /// `Key::scope_of(name)`, computed once rather than hashed at every request.
+    /// `Key::scope_of("plan/" + name)`, computed once rather than hashed at every request.
     scope: u64,
 }
 
@@ -85,13 +85,14 @@ impl PlanLimit {
         &self.quota
     }
 
-    /// [`Key::scope_of`] the limit's name, computed when the plan was made: the scope to count
-    /// a tenant's key in under this limit ([`Key::scoped`]).
+    /// [`Key::scope_of`] `plan/` and the limit's name, computed when the plan was made: the
+    /// scope to count a tenant's key in under this limit ([`Key::scoped`]), apart from every
+    /// policy limit's (named without the prefix).
     ///
     /// ```
     /// # use ratewarden_tower::{Key, Quota, tenant::Plan};
     /// let plan = Plan::new("free", [("burst", Quota::per_second(5)?)])?;
-    /// assert_eq!(plan.limits()[0].scope(), Key::scope_of("burst"));
+    /// assert_eq!(plan.limits()[0].scope(), Key::scope_of("plan/burst"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
@@ -132,7 +133,9 @@ impl Plan {
                     max: MAX_LIMITS,
                 });
             }
-            if limit.is_empty() {
+            // A name shown in a header field: a token (RFC 9110), as a policy limit's.
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if limit.is_empty() || !limit.bytes().all(token) {
                 return Err(PlanError::EmptyLimitName {
                     plan: plan.to_owned(),
                 });
@@ -146,7 +149,7 @@ impl Plan {
             kept.push(PlanLimit {
                 name: limit.into(),
                 quota,
-                scope: Key::scope_of(limit),
+                scope: Key::scope_of(&format!("plan/{limit}")),
             });
         }
         Ok(Self {
@@ -202,7 +205,10 @@ impl fmt::Debug for Plan {
 ///
 /// let err = Plan::new("free", [("", Quota::per_second(1)?)]).unwrap_err();
 /// assert_eq!(err, PlanError::EmptyLimitName { plan: "free".into() });
-/// assert_eq!(err.to_string(), r#"plan "free": a limit has an empty name"#);
+/// assert_eq!(
+///     err.to_string(),
+///     r#"plan "free": a limit's name is empty or not a token (letters, digits, -._~ ...)"#
+/// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -215,7 +221,7 @@ pub enum PlanError {
         /// The most a plan may hold ([`MAX_LIMITS`]).
         max: usize,
     },
-    /// A limit with an empty name.
+    /// A limit whose name is empty or not a token (it is shown in `RateLimit-Policy`).
     EmptyLimitName {
         /// The plan's name.
         plan: String,
@@ -235,7 +241,10 @@ impl fmt::Display for PlanError {
             Self::TooManyLimits { plan, max } => {
                 write!(f, "plan {plan:?}: more than {max} limits")
             }
-            Self::EmptyLimitName { plan } => write!(f, "plan {plan:?}: a limit has an empty name"),
+            Self::EmptyLimitName { plan } => write!(
+                f,
+                "plan {plan:?}: a limit's name is empty or not a token (letters, digits, -._~ ...)"
+            ),
             Self::DuplicateLimit { plan, limit } => {
                 write!(f, "plan {plan:?}: two limits are named {limit:?}")
             }
