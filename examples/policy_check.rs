@@ -9,6 +9,7 @@
 //! Without `--keys`, key names are not checked: the application registers them, and a layer
 //! refuses a policy naming one it lacks.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use ratewarden_tower::policy::{Policy, load_file};
@@ -33,8 +34,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    println!("{file}: valid");
-    print_summary(&policy);
+    // Written at once, and a reader that stops early (`| head`) is no failure.
+    let _ = writeln!(
+        std::io::stdout().lock(),
+        "{file}: valid\n{}",
+        summary(&policy)
+    );
     ExitCode::SUCCESS
 }
 
@@ -51,24 +56,25 @@ fn parse_keys(mut args: impl Iterator<Item = String>) -> Option<Vec<String>> {
     }
 }
 
-fn print_summary(policy: &Policy) {
-    println!(
+fn summary(policy: &Policy) -> String {
+    let mut text = format!(
         "  {} rules, match {:?}, default {}",
         policy.rules().len(),
         policy.get_match_mode(),
         policy.default_rule().get_action().as_str()
     );
     for limit in policy.limits() {
-        println!(
-            "  limit {:?}: key {:?}, quota {}",
+        text += &format!(
+            "\n  limit {:?}: key {:?}, quota {}",
             limit.name(),
             limit.key(),
             limit.quota()
         );
     }
-    println!(
-        "  allow list: {} entries, deny list: {} entries",
+    text += &format!(
+        "\n  allow list: {} entries, deny list: {} entries",
         policy.allowed().len(),
         policy.denied().len()
     );
+    text
 }

@@ -3,22 +3,23 @@
 //! the limit closest to exhaustion in `X-RateLimit-*`.
 
 use std::cell::RefCell;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::{BufMut, BytesMut};
-use http::header::{HeaderName, RETRY_AFTER};
+use bytes::BufMut;
+use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderValue};
 use ratewarden_core::{Decision, Decisions, Info, MAX_LIMITS};
 
 use super::definition::MAX_LIMITS_PER_REQUEST;
 use super::rule::Shown;
 use crate::rate_limit::HeaderStyle;
+pub(crate) use crate::rate_limit::headers::ceil_secs;
+use crate::rate_limit::headers::{
+    Buffer, RATELIMIT, RATELIMIT_POLICY, X_LIMIT, X_REMAINING, X_RESET, put_number,
+};
 
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// Room for the `RateLimit` value of the most limits one request gets.
+const LONGEST: usize = MAX_LIMITS_PER_REQUEST * Buffer::LONGEST;
 
 /// A set of indices among one request's limits (fewer than [`MAX_LIMITS`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -131,11 +132,6 @@ fn binding<'a>(applied: &AppliedLimits, decisions: &'a Decisions) -> Option<&'a 
     })
 }
 
-/// Whole seconds, rounded up.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
 /// The longest retry among the denials, in whole seconds rounded up, at least 1.
 pub(crate) fn retry_after(decisions: &Decisions) -> u64 {
     decisions
@@ -204,7 +200,7 @@ fn ratelimit(
     decisions: &[Decision],
 ) {
     let mut all = true;
-    let ratelimit = values.buf.cut(|buf| {
+    let ratelimit = values.buf.cut(LONGEST, |buf| {
         for limit in applied.iter() {
             let Some((r, t)) = merged(limit, decisions) else {
                 all = false;
@@ -226,7 +222,7 @@ fn ratelimit(
     }
     let policy = match &applied.policy {
         Some(policy) if all => policy.clone(),
-        _ => values.buf.cut(|buf| {
+        _ => values.buf.cut(LONGEST, |buf| {
             for limit in applied.iter().filter(|l| merged(l, decisions).is_some()) {
                 if !buf.is_empty() {
                     buf.put_slice(b", ");
@@ -284,40 +280,10 @@ impl Values {
         {
             return value.clone();
         }
-        let value = self.buf.cut(|buf| put_number(buf, n));
+        let value = self.buf.cut(Buffer::LONGEST, |buf| put_number(buf, n));
         *last = Some((n, value.clone()));
         value
     }
-}
-
-/// Header values cut from a shared buffer: a value is a reference into it, so formatting one
-/// allocates nothing but, once per [`Buffer::CHUNK`] bytes, the next buffer. A buffer is freed
-/// when the last value cut from it is dropped.
-#[derive(Default)]
-struct Buffer(BytesMut);
-
-impl Buffer {
-    /// Bytes per buffer: the values of a few dozen responses. Small, so that a value kept long
-    /// (a cached response) holds little memory besides its own.
-    const CHUNK: usize = 4_096;
-    /// Room for the `RateLimit` value of the most limits one request gets: a name of 64 bytes
-    /// (the longest a limit has), quoted, and two 20-digit numbers each. (A longer one would
-    /// still be whole: the buffer would grow.)
-    const LONGEST: usize = MAX_LIMITS_PER_REQUEST * 128;
-
-    /// A value of the bytes `write` puts (visible ASCII, as every value here).
-    fn cut(&mut self, write: impl FnOnce(&mut BytesMut)) -> HeaderValue {
-        if self.0.capacity() - self.0.len() < Self::LONGEST {
-            self.0 = BytesMut::with_capacity(Self::CHUNK);
-        }
-        write(&mut self.0);
-        HeaderValue::from_maybe_shared(self.0.split().freeze())
-            .unwrap_or(HeaderValue::from_static(""))
-    }
-}
-
-fn put_number(buf: &mut BytesMut, n: u64) {
-    buf.put_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 #[cfg(test)]
@@ -326,6 +292,7 @@ mod tests {
     use crate::policy::NamedLimit;
     use crate::policy::rule::policy_value;
     use ratewarden_core::Quota;
+    use std::time::Duration;
 
     fn allowed(limit: u64, remaining: u64, reset: u64) -> Decision {
         Decision::Allowed(Info::new(

@@ -10,11 +10,11 @@ use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue};
 use ratewarden_core::{Info, Quota};
 
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub(crate) const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub(crate) const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+pub(crate) const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// Which rate-limit header fields responses carry.
 ///
@@ -185,7 +185,7 @@ impl<K: PartialEq> Last<K> {
         {
             return value.clone();
         }
-        let value = buf.cut(write);
+        let value = buf.cut(Buffer::LONGEST, write);
         self.0 = Some((key, value.clone()));
         value
     }
@@ -195,20 +195,21 @@ impl<K: PartialEq> Last<K> {
 /// allocates nothing but, once per [`Buffer::CHUNK`] bytes, the next buffer. A buffer is freed
 /// when the last value cut from it is dropped.
 #[derive(Default)]
-struct Buffer(BytesMut);
+pub(crate) struct Buffer(BytesMut);
 
 impl Buffer {
     /// Bytes per buffer: about 100 responses' values. Small, so that a value kept long (a
     /// cached response) holds little memory besides its own.
     const CHUNK: usize = 4_096;
-    /// Room for the longest value formatted here: a name of 64 bytes (`RateLimitLayer::name`
-    /// keeps no more), quoted, and two 20-digit numbers. (A longer one would still be whole:
-    /// the buffer would grow.)
-    const LONGEST: usize = 128;
+    /// Room for the longest value of one limit: a name of 64 bytes (as long as a limit's name
+    /// may be), quoted, and two 20-digit numbers. (A longer one would still be whole: the
+    /// buffer would grow.)
+    pub(crate) const LONGEST: usize = 128;
 
-    /// A value of the bytes `write` puts (visible ASCII, as every value here).
-    fn cut(&mut self, write: impl FnOnce(&mut BytesMut)) -> HeaderValue {
-        if self.0.capacity() - self.0.len() < Self::LONGEST {
+    /// A value of the bytes `write` puts (visible ASCII, as every value here), at most
+    /// `longest` bytes long.
+    pub(crate) fn cut(&mut self, longest: usize, write: impl FnOnce(&mut BytesMut)) -> HeaderValue {
+        if self.0.capacity() - self.0.len() < longest {
             self.0 = BytesMut::with_capacity(Self::CHUNK);
         }
         write(&mut self.0);
@@ -217,7 +218,7 @@ impl Buffer {
     }
 }
 
-fn put_number(buf: &mut BytesMut, n: u64) {
+pub(crate) fn put_number(buf: &mut BytesMut, n: u64) {
     buf.put_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 

@@ -56,7 +56,7 @@ mod body;
 mod cost;
 mod failure;
 pub mod future;
-mod headers;
+pub(crate) mod headers;
 mod layer;
 mod missing_key;
 mod observe;
