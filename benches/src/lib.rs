@@ -95,3 +95,26 @@ pub fn scatter(i: u64, n: u64) -> u64 {
     let mixed = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     ((u128::from(mixed) * u128::from(n)) >> 64) as u64
 }
+
+/// The calls of scripts and functions (`FCALL`, `EVALSHA` and `EVAL`) in an
+/// `INFO commandstats` reply, and the microseconds of Redis CPU they took.
+#[must_use]
+pub fn script_stats(info: &str) -> (u64, u64) {
+    let (mut calls, mut usec) = (0, 0);
+    let lines = info.lines().filter(|l| {
+        ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+            .iter()
+            .any(|stat| l.starts_with(stat))
+    });
+    for line in lines {
+        let field = |name: &str| -> u64 {
+            line.split(name)
+                .nth(1)
+                .and_then(|v| v.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        calls += field("calls=");
+        usec += field("usec=");
+    }
+    (calls, usec)
+}

@@ -1,9 +1,9 @@
 //! The policy layer: rules, lists, several limits decided together, multi-item headers,
 //! reloads from files (three ways of replacing one), and quota changes across reloads.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -20,7 +20,7 @@ use ratewarden_tower::policy::{
 use ratewarden_tower::rate_limit::MissingKey;
 use tower::ServiceExt;
 
-use crate::support::{get_from, header, manual_store, send};
+use crate::support::{TempDir, get_from, header, manual_store, policy_file, send};
 
 fn quota(text: &str) -> Quota {
     text.parse().unwrap()
@@ -348,32 +348,6 @@ async fn a_failing_store_lets_through_answers_503_or_decides_locally() {
 
 // ---------------------------------------------------------------------------------------
 // Reloads from files.
-
-/// A directory of its own under the system's temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "ratewarden-policy-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn policy_file(quota: &str) -> String {
-    format!("[default]\nlimits = [{{ name = \"per-ip\", key = \"ip\", quota = \"{quota}\" }}]\n")
-}
 
 /// Sends requests (a fresh client address each) until the response's policy shows
 /// `quota_items`, for at most `within`; returns how long it took.

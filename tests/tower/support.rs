@@ -51,3 +51,31 @@ pub(crate) fn header<'a>(response: &'a Response<()>, name: &str) -> &'a str {
         .get(name)
         .map_or("", |v| v.to_str().unwrap())
 }
+
+/// A directory of its own under the system's temp dir, removed when dropped.
+pub(crate) struct TempDir(pub(crate) std::path::PathBuf);
+
+impl TempDir {
+    pub(crate) fn new(name: &str) -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ratewarden-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A policy file whose default limits every client IP at `quota`.
+pub(crate) fn policy_file(quota: &str) -> String {
+    format!("[default]\nlimits = [{{ name = \"per-ip\", key = \"ip\", quota = \"{quota}\" }}]\n")
+}

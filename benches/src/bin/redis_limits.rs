@@ -17,22 +17,7 @@ fn scripts(client: &redis::Client) -> redis::RedisResult<(u64, u64)> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut client.get_connection()?)?;
-    let (mut calls, mut usec) = (0, 0);
-    for line in info.lines().filter(|l| {
-        ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
-            .iter()
-            .any(|stat| l.starts_with(stat))
-    }) {
-        let field = |name: &str| -> u64 {
-            line.split(name)
-                .nth(1)
-                .and_then(|v| v.split(',').next()?.parse().ok())
-                .unwrap_or(0)
-        };
-        calls += field("calls=");
-        usec += field("usec=");
-    }
-    Ok((calls, usec))
+    Ok(benches::script_stats(&info))
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -209,21 +209,9 @@ impl Stats {
             let info: String = redis::cmd("INFO")
                 .arg("commandstats")
                 .query(&mut client.get_connection()?)?;
-            let lines = info.lines().filter(|l| {
-                ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
-                    .iter()
-                    .any(|stat| l.starts_with(stat))
-            });
-            for line in lines {
-                let field = |name: &str| -> u64 {
-                    line.split(name)
-                        .nth(1)
-                        .and_then(|v| v.split(',').next()?.parse().ok())
-                        .unwrap_or(0)
-                };
-                calls += field("calls=");
-                usec += field("usec=");
-            }
+            let (c, u) = benches::script_stats(&info);
+            calls += c;
+            usec += u;
         }
         Ok((calls, usec))
     }
