@@ -1,9 +1,9 @@
 -- Several limits of one request, decided together (`Store::check_all`): `all(KEYS, ARGV)`.
--- Each limit first decides on its state as it is, counting nothing (mode 'q'); when every
--- limit admits, each is counted ('c'); otherwise none is, and the states are left exactly as
--- they were (but a state that cannot be read, which is replaced by a spent one as a check
--- alone replaces it). Limits on the same state come merged, their costs summed: each state
--- is decided once.
+-- Each limit is decided once, as a check alone decides it, its writes held (`put`); when
+-- every limit admits, the writes are made, in order; otherwise none is, and the states are
+-- left exactly as they were (but a state that cannot be read, which is replaced by a spent
+-- one as a check alone replaces it). Limits on the same state come merged, their costs
+-- summed: each state is decided once, and no limit reads a state another wrote.
 --
 -- KEYS  the keys of each limit in turn: its state, and for a key that adaptive hot-key
 --       splitting may have split, its split marker; all in one cluster slot
@@ -15,7 +15,11 @@
 -- Returns each limit's reply (reply.lua), then the time the limits were decided at (µs),
 -- which a refund of their charges names (`refund_all`).
 
-local function each_limit(KEYS, ARGV)
+-- The limits of `KEYS` and `ARGV`: each {its algorithm's check, its arguments (args.lua),
+-- keys = its keys}; or, for the common limit, GCRA on a key's own counter (no split marker,
+-- no part) when `fast`, {gcra = its numbers, name = its state's key, a = where its ARGV
+-- start}, which `gcra` decides.
+local function each_limit(KEYS, ARGV, fast)
   local n = #ARGV / 5
   if n == 0 or #ARGV % 5 ~= 0 then
     error('rl: malformed limits')
@@ -24,17 +28,24 @@ local function each_limit(KEYS, ARGV)
   local k = 1
   for i = 1, n do
     local a = 5 * (i - 1)
-    local check = run[ARGV[a + 1]]
+    local letter = ARGV[a + 1]
+    local check = run[letter]
     local nkeys = tonumber(ARGV[a + 2])
     if not check or (nkeys ~= 1 and nkeys ~= 2) or not KEYS[k + nkeys - 1] then
       error('rl: malformed limits')
     end
-    local keys = {KEYS[k], KEYS[k + 1]}
-    if nkeys == 1 then
-      keys[2] = nil
+    local numbers = ARGV[a + 5]
+    if fast and letter == 'g' and nkeys == 1 and ARGV[a + 4] == '' and #numbers == 48 then
+      -- cost, time (or -1), interval, burst, shortest TTL, split slack (args.lua)
+      limits[i] = {gcra = {struct.unpack('<dddddd', numbers)}, name = KEYS[k], a = a}
+    else
+      local keys = {KEYS[k], KEYS[k + 1]}
+      if nkeys == 1 then
+        keys[2] = nil
+      end
+      limits[i] = {check, arguments(ARGV[a + 3], ARGV[a + 4], numbers), keys = keys}
     end
     k = k + nkeys
-    limits[i] = {check, arguments(ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]), keys = keys}
   end
   if k ~= #KEYS + 1 then
     error('rl: malformed limits')
@@ -42,36 +53,113 @@ local function each_limit(KEYS, ARGV)
   return limits
 end
 
+-- Decides a fast limit (`each_limit`) as gcra.lua decides it (by `gcra_step`, arith.lua),
+-- at a fraction of the cost of the algorithm's own code: puts its reply in `replies` after
+-- `n` numbers, and when it counts and admits, its state's key, TAT and TTL in `sets`. False
+-- for whatever that code decides instead (a state that cannot be read, a clock that stepped
+-- back, a cost above the burst), and the limit gets its arguments for it.
+local function gcra(limit, counted, replies, n, sets, ARGV)
+  local numbers = limit.gcra
+  local cost, at, interval, burst, keep, slack =
+    numbers[1], numbers[2], numbers[3], numbers[4], numbers[5], numbers[6]
+  local tat = 0
+  if slack == 0 then
+    local stored = redis.pcall('GET', limit.name)
+    if type(stored) == 'table' then
+      tat = nil
+    elseif stored then
+      tat = stored_number(stored)
+    end
+  end
+  local now = at
+  if at < 0 then
+    now = server_now()
+  end
+  if slack ~= 0 or tat == nil or tat > now + interval * burst or cost > burst then
+    local a = limit.a
+    limit[1] = run.g
+    limit[2] = arguments(ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    limit.keys = {limit.name}
+    return false
+  end
+  local admitted, new_tat, remaining, reset_after, retry_after =
+    gcra_step(tat, now, interval, burst, cost)
+  replies[n + 2] = remaining
+  replies[n + 3] = reset_after
+  replies[n + 4] = retry_after
+  if not admitted then
+    replies[n + 1] = 0
+    replies[n + 5] = 0
+    return true
+  end
+  replies[n + 1] = 1
+  replies[n + 5] = cost * 4
+  if counted and cost > 0 then
+    local s = #sets
+    sets[s + 1] = limit.name
+    sets[s + 2] = new_tat
+    sets[s + 3] = ttl_of(new_tat - now, idiv(keep + 999, 1000), at >= 0)
+  end
+  return true
+end
+
+-- The time `limit` was decided at (µs).
+local function decided_at(limit)
+  local at
+  if limit.gcra then
+    at = limit.gcra[2]
+  else
+    at = limit[2][3]
+  end
+  if at == '' or at < 0 then
+    return server_now()
+  end
+  return at
+end
+
 local function all(KEYS, ARGV)
-  local limits = each_limit(KEYS, ARGV)
+  local limits = each_limit(KEYS, ARGV, true)
   local replies = {}
   local admitted = true
+  local writes = {}
+  local sets = {}
+  held = writes
   for i, limit in ipairs(limits) do
-    limit.counted = limit[2][1] == 'c' and limit[2][2] > 0
-    limit[2][1] = 'q'
-    local r = limit[1](limit.keys, limit[2])
-    append_reply(replies, 5 * (i - 1), r)
-    admitted = admitted and r[1] == 1
+    local n = 5 * (i - 1)
+    local counted = ARGV[n + 3] == 'c'
+    if not (limit.gcra and gcra(limit, counted, replies, n, sets, ARGV)) then
+      local args = limit[2]
+      if not counted or args[2] == 0 then
+        args[1] = 'q'
+      end
+      append_reply(replies, n, limit[1](limit.keys, args))
+    end
+    admitted = admitted and replies[n + 1] == 1
+  end
+  held = nil
+  if admitted then
+    for _, w in ipairs(writes) do
+      redis.call(unpack(w))
+    end
+    for s = 1, #sets, 3 do
+      redis.call('SET', sets[s], sets[s + 1], 'PX', sets[s + 2])
+    end
   end
   for i, limit in ipairs(limits) do
-    -- (flag 2: a state that could not be read, left alone by the first pass)
-    if (admitted and limit.counted) or replies[5 * i] % 4 == 2 then
+    -- (flag 2: a state that could not be read, left alone while writes were held)
+    if replies[5 * i] % 4 == 2 then
       limit[2][1] = 'c'
       append_reply(replies, 5 * (i - 1), limit[1](limit.keys, limit[2]))
     end
   end
-  local now = limits[1][2][3]
-  if now == '' then
-    now = server_now()
-  end
-  replies[5 * #limits + 1] = now
+  replies[5 * #limits + 1] = decided_at(limits[1])
   return replies
 end
 
 -- Gives back charges `all` counted: ARGV as for `all`, each limit in mode 'r' with the time of
 -- its charge.
 local function refund_all(KEYS, ARGV)
-  for _, limit in ipairs(each_limit(KEYS, ARGV)) do
+  for _, limit in ipairs(each_limit(KEYS, ARGV, false)) do
     limit[1](limit.keys, limit[2])
   end
   return ''

@@ -42,7 +42,7 @@ decide = function(cost, write)
       count = limit
     end
     if write then
-      redis.call('HSET', key, 'w', window, 'c', count)
+      put('HSET', key, 'w', window, 'c', count)
       expire_at((window + 1) * period)
     end
   end
@@ -53,7 +53,7 @@ decide = function(cost, write)
   end
   if cost <= remaining then
     if write and cost > 0 then
-      redis.call('HSET', key, 'w', window, 'c', count + cost)
+      put('HSET', key, 'w', window, 'c', count + cost)
       expire_at(reset_at)
     end
     return {1, limit, remaining - cost, at_least_zero(reset_at - now), 0}

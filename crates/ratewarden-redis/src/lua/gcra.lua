@@ -51,7 +51,7 @@ decide = function(cost, write)
   if tat > horizon + split_slack then
     tat = horizon + split_slack
     if write then
-      redis.call('SET', key, tat, 'PX', ttl_ms(tat))
+      put('SET', key, tat, 'PX', ttl_ms(tat))
     end
   end
   if tat < now then
@@ -66,7 +66,7 @@ decide = function(cost, write)
     return {0, limit, remaining, reset_after, retry_after}
   end
   if write and cost > 0 then
-    redis.call('SET', key, new_tat, 'PX', ttl_ms(new_tat))
+    put('SET', key, new_tat, 'PX', ttl_ms(new_tat))
   end
   return {1, limit, remaining, reset_after, 0}
 end

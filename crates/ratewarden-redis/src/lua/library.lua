@@ -6,6 +6,7 @@
 local function entry(decide, send)
   return function(keys, args)
     server_time = nil
+    held = nil
     return send(decide(keys, args))
   end
 end

@@ -64,7 +64,7 @@ local function ttl_ms(fresh_at)
 end
 
 local function expire_at(fresh_at)
-  redis.call('PEXPIRE', key, ttl_ms(fresh_at))
+  put('PEXPIRE', key, ttl_ms(fresh_at))
 end
 
 -- A stored number (`stored_number`), or the error of a corrupt state.
@@ -100,10 +100,10 @@ local function reply(r, flag, cost)
 end
 
 -- The decision on a key whose state cannot be read: denied; when writing, the state is
--- replaced by one spent at `spent_at` that refills from then (flag 1), else left alone
--- (flag 2).
+-- replaced by one spent at `spent_at` that refills from then (flag 1), else (or while writes
+-- are held, `put`) left alone (flag 2).
 local function replaced(cost, write, spent_at)
-  if not write then
+  if not write or held then
     return {0, ARGV[5], 0, 0, 0, 2, 0}
   end
   redis.call('DEL', key)
@@ -180,7 +180,7 @@ local function main()
     if m and now >= m[3] + m[4] then
       -- Outlived its split and margin (it has no TTL): forgotten.
       if mode ~= 'p' then
-        redis.call('DEL', marker)
+        put('DEL', marker)
       end
       m = nil
     end
@@ -190,7 +190,7 @@ local function main()
       -- new split gets nothing of it), and the marker goes.
       if mode ~= 'h' then
         if mode ~= 'p' then
-          redis.call('DEL', marker)
+          put('DEL', marker)
         end
         return replaced(cost, mode ~= 'p', now + split_slack)
       end

@@ -49,16 +49,16 @@ decide = function(cost, write)
   end
   local len = #entries - first + 1
   if write and clamped then
-    redis.call('DEL', key)
+    put('DEL', key)
     if len > 0 then
-      redis.call('RPUSH', key, unpack(entries, first, #entries))
+      put('RPUSH', key, unpack(entries, first, #entries))
       expire_at(number(entries[#entries]) + period)
     end
   elseif write and first > 1 then
     if len == 0 then
-      redis.call('DEL', key)
+      put('DEL', key)
     else
-      redis.call('LTRIM', key, first - 1, -1)
+      put('LTRIM', key, first - 1, -1)
     end
   end
   local last = nil
@@ -80,7 +80,7 @@ decide = function(cost, write)
       for i = 1, cost do
         times[i] = at
       end
-      redis.call('RPUSH', key, unpack(times))
+      put('RPUSH', key, unpack(times))
       expire_at(at + period)
     end
     local expires = expires_after

@@ -70,7 +70,7 @@ decide = function(cost, write)
     previous = 0
     window = now_window
     if write then
-      redis.call('HSET', key, 'w', window, 'c', current, 'p', previous)
+      put('HSET', key, 'w', window, 'c', current, 'p', previous)
       expire_at(forgotten_at(window, current, previous))
     end
   end
@@ -90,7 +90,7 @@ decide = function(cost, write)
     current = current + cost
     local fresh_at = forgotten_at(window, current, previous)
     if write and cost > 0 then
-      redis.call('HSET', key, 'w', window, 'c', current, 'p', previous)
+      put('HSET', key, 'w', window, 'c', current, 'p', previous)
       expire_at(fresh_at)
     end
     return {1, limit, remaining - cost, at_least_zero(fresh_at - now), 0}

@@ -88,7 +88,7 @@ decide = function(cost, write)
   end
   local remaining = at_least_zero(capacity - used)
   if write and pulled_back then
-    redis.call('HSET', key, 'u', used, 'l', last)
+    put('HSET', key, 'u', used, 'l', last)
     expire_at(last + used * interval)
   end
   if cost > capacity then
@@ -98,7 +98,7 @@ decide = function(cost, write)
     used = used + cost
     local full_at = last + used * interval
     if write and cost > 0 then
-      redis.call('HSET', key, 'u', used, 'l', last)
+      put('HSET', key, 'u', used, 'l', last)
       expire_at(full_at)
     end
     return {1, capacity, remaining - cost, at_least_zero(full_at - now), 0}

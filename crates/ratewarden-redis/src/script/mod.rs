@@ -31,12 +31,13 @@ impl Lua {
     }
 }
 
-/// What every script and the library begin with: Redis's clock, integer division, the
-/// reply's packing and the table of checks by algorithm.
+/// What every script and the library begin with: Redis's clock, writes that can be held,
+/// integer division, the reply's packing and the table of checks by algorithm.
 macro_rules! head {
     () => {
         concat!(
             include_str!("../lua/clock.lua"),
+            include_str!("../lua/put.lua"),
             include_str!("../lua/arith.lua"),
             include_str!("../lua/reply.lua"),
             include_str!("../lua/args.lua"),
