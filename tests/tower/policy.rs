@@ -644,4 +644,39 @@ proptest! {
             }
         }
     }
+
+    /// Any interval, however long and however many reloads it spans, admits at most the sum
+    /// of each quota's bound over the part of it that quota was in force: the bound
+    /// `PolicyHandle` states for an interval longer than a transition.
+    #[test]
+    fn a_reload_never_admits_more_than_each_quota_over_its_part(
+        start in 0..QUOTAS.len(),
+        ops in proptest::collection::vec(op(), 1..120),
+    ) {
+        let (admitted, reloads) = simulate(start, &ops);
+        // The bound of [u, v]: cut at each reload, each part under the quota then in force
+        // (a part ends at the next reload, which may come at the same microsecond as an
+        // admission still under it).
+        let parts_bound = |u: u64, v: u64| -> u64 {
+            let mut total = 0;
+            for (k, &(t, q)) in reloads.iter().enumerate() {
+                let end = reloads.get(k + 1).map_or(u64::MAX, |&(next, _)| next);
+                let (from, to) = (u.max(t), v.min(end));
+                if from <= to {
+                    total += bound(&q, to - from);
+                }
+            }
+            total
+        };
+        for (i, &(u, _)) in admitted.iter().enumerate() {
+            for (j, &(v, _)) in admitted.iter().enumerate().skip(i) {
+                let count = (j - i + 1) as u64;
+                prop_assert!(
+                    count <= parts_bound(u, v),
+                    "{count} admitted in [{u}, {v}] (bound {}); reloads {reloads:?}",
+                    parts_bound(u, v)
+                );
+            }
+        }
+    }
 }

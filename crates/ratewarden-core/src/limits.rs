@@ -170,14 +170,60 @@ pub fn merged(limits: &[Limit]) -> (Vec<Limit>, Vec<usize>) {
 /// // The limit closest to exhaustion binds.
 /// assert_eq!(decisions.binding().map(|(i, _)| i), Some(1));
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Decisions {
-    decisions: Vec<Decision>,
+    decisions: Several,
+}
+
+/// One decision, the common case, kept without allocating; or several.
+#[derive(Clone)]
+enum Several {
+    One(Decision),
+    Many(Vec<Decision>),
 }
 
 impl From<Vec<Decision>> for Decisions {
     fn from(decisions: Vec<Decision>) -> Self {
-        Self { decisions }
+        Self {
+            decisions: Several::Many(decisions),
+        }
+    }
+}
+
+/// The decisions of one limit.
+///
+/// ```
+/// use ratewarden_core::{Decision, Decisions, Info};
+/// use std::time::Duration;
+///
+/// let room = Decision::Allowed(Info::new(10, 9, Duration::ZERO, Duration::ZERO));
+/// assert_eq!(Decisions::from(room), Decisions::from(vec![room]));
+/// ```
+impl From<Decision> for Decisions {
+    fn from(decision: Decision) -> Self {
+        Self {
+            decisions: Several::One(decision),
+        }
+    }
+}
+
+impl Default for Decisions {
+    fn default() -> Self {
+        Self::from(Vec::new())
+    }
+}
+
+impl PartialEq for Decisions {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Decisions {}
+
+impl std::fmt::Debug for Decisions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
     }
 }
 
@@ -189,7 +235,7 @@ impl Decisions {
     /// ```
     #[must_use]
     pub fn is_allowed(&self) -> bool {
-        self.decisions.iter().all(Decision::is_allowed)
+        self.as_slice().iter().all(Decision::is_allowed)
     }
 
     /// The decisions, one per limit, in the order given.
@@ -199,7 +245,10 @@ impl Decisions {
     /// ```
     #[must_use]
     pub fn as_slice(&self) -> &[Decision] {
-        &self.decisions
+        match &self.decisions {
+            Several::One(decision) => std::slice::from_ref(decision),
+            Several::Many(decisions) => decisions,
+        }
     }
 
     /// The limit that decided (its index, and its decision): of those that denied, the one
@@ -220,14 +269,14 @@ impl Decisions {
     #[must_use]
     pub fn binding(&self) -> Option<(usize, &Decision)> {
         let refused = self
-            .decisions
+            .as_slice()
             .iter()
             .enumerate()
             .filter(|(_, d)| !d.is_allowed())
             .max_by_key(|(_, d)| d.info().retry_after());
         refused.or_else(|| {
             // remaining / limit, compared without division: a / b < c / d as a·d < c·b.
-            self.decisions.iter().enumerate().min_by(|(_, a), (_, b)| {
+            self.as_slice().iter().enumerate().min_by(|(_, a), (_, b)| {
                 let (a, b) = (a.info(), b.info());
                 let left_a = u128::from(a.remaining()) * u128::from(b.limit().max(1));
                 let left_b = u128::from(b.remaining()) * u128::from(a.limit().max(1));

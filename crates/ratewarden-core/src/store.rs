@@ -91,7 +91,7 @@ pub trait Store: Send + Sync + 'static {
                 [] => Ok(Decisions::default()),
                 [one] if one.is_counted() => {
                     let decision = self.check(one.key(), one.quota(), one.cost()).await?;
-                    Ok(Decisions::from(vec![decision]))
+                    Ok(Decisions::from(decision))
                 }
                 _ if limits.len() > MAX_LIMITS => Err(StoreError::with_source(
                     StoreErrorKind::InvalidInput,

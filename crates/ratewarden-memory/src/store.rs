@@ -239,7 +239,7 @@ impl<C: Clock> MemoryStore<C> {
         {
             // One limit: a check, at its cost.
             let decision = self.check_sync(one.key(), one.quota(), one.cost());
-            return Ok(Decisions::from(vec![decision]));
+            return Ok(Decisions::from(decision));
         }
         let inner = &self.inner;
         let now = inner.clock.now();

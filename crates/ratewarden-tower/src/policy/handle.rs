@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, Cache};
 use ratewarden_core::{Algorithm, Clock, MonotonicClock, Quota, Timestamp};
 
 use super::definition::Policy;
@@ -93,6 +93,21 @@ impl Reloads {
     }
 }
 
+/// A [`PolicyHandle`]'s running policy, as one service caches it.
+pub(crate) type SnapshotCache = Cache<Current, Arc<Snapshot>>;
+
+/// The running policy's cell, for [`SnapshotCache`].
+#[derive(Clone)]
+pub(crate) struct Current(Arc<Shared>);
+
+impl std::ops::Deref for Current {
+    type Target = ArcSwap<Snapshot>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0.current
+    }
+}
+
 struct Shared {
     current: ArcSwap<Snapshot>,
     clock: Arc<dyn Clock>,
@@ -132,7 +147,11 @@ struct Shared {
 ///
 /// A client that spends the old quota's burst just before a reload so gets no second burst
 /// within `H`. Over longer intervals the two bounds add up, as any change of quota whose new
-/// state starts without the old one's history allows.
+/// state starts without the old one's history allows. No state kept per quota can bound
+/// every interval by the larger of `old(L)` and `new(L)` alone: a client that ran steadily
+/// at `old`'s rate leaves `old`'s state as empty as an idle client's, yet under `new` (a
+/// lower rate, a larger burst) it would have built up a debt. Both bounds are property
+/// tests over random reloads (`tests/tower/policy.rs`).
 ///
 /// When one request would get more than [`MAX_LIMITS`](ratewarden_core::MAX_LIMITS) limits
 /// with the previous quotas of changes in quick succession, the oldest previous quotas are
@@ -324,13 +343,18 @@ impl PolicyHandle {
         }
     }
 
-    /// The snapshot a request decides on, and the time to decide transitions by.
-    pub(crate) fn load(&self) -> (Arc<Snapshot>, Now<'_>) {
-        let now = Now {
+    /// The time to decide a request's transitions by, read when first asked.
+    pub(crate) fn now(&self) -> Now<'_> {
+        Now {
             clock: &*self.shared.clock,
             read: OnceCell::new(),
-        };
-        (self.shared.current.load_full(), now)
+        }
+    }
+
+    /// A cache of the running policy, for one service: its load is a pointer compare until
+    /// the policy changes.
+    pub(crate) fn cache(&self) -> SnapshotCache {
+        Cache::new(Current(Arc::clone(&self.shared)))
     }
 }
 
@@ -414,7 +438,7 @@ mod tests {
         assert_eq!(handle.transitions(), 1);
         // Back to a quota still checked: no transition to itself.
         handle.store(one("50/min")).unwrap();
-        let (snapshot, now) = handle.load();
+        let (snapshot, now) = (handle.shared.current.load(), handle.now());
         let previous: Vec<_> = snapshot.previous("per-ip", &now).collect();
         assert_eq!(previous.len(), 1);
         assert_eq!(previous[0].quota(), &"500/min".parse::<Quota>().unwrap());

@@ -100,6 +100,18 @@ impl AppliedLimits {
         self.first.iter().flatten().chain(&self.rest)
     }
 
+    /// The one check of the one limit that applied, when that is all.
+    pub(crate) fn only(&self) -> Option<(&Applied, usize)> {
+        let [Some(only), ..] = &self.first else {
+            return None;
+        };
+        let mut checks = only.checks.iter();
+        match (self.len, checks.next(), checks.next()) {
+            (1, Some(i), None) => Some((only, i)),
+            _ => None,
+        }
+    }
+
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Applied> {
         self.first.iter_mut().flatten().chain(&mut self.rest)
     }
@@ -227,7 +239,7 @@ fn ratelimit(
                 if !buf.is_empty() {
                     buf.put_slice(b", ");
                 }
-                buf.put_slice(limit.limit.policy_item().as_bytes());
+                buf.put_slice(limit.limit.policy_item());
             }
         }),
     };

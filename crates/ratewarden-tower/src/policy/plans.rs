@@ -6,10 +6,14 @@ use std::future::Future;
 use std::pin::Pin;
 
 use ratewarden_core::{Key, Limit, MAX_LIMITS};
+use smallvec::SmallVec;
 
 use super::headers::{Applied, AppliedLimits, Checks};
 use super::rule::NamedLimit;
 use crate::tenant::{CachedResolver, Plan, QuotaResolver, Resolution};
+
+/// The limits of one request: the common one or two kept inline, with no allocation.
+pub(crate) type RequestLimits = SmallVec<[Limit; 2]>;
 
 /// Where the layer finds a tenant's plan, whatever the resolver's type.
 pub(crate) trait PlanSource: Send + Sync + 'static {
@@ -49,7 +53,7 @@ pub(crate) fn add(
     plan: &Plan,
     (tenant, key_name): (&Key, &str),
     cost: u32,
-    limits: &mut Vec<Limit>,
+    limits: &mut RequestLimits,
     applied: &mut AppliedLimits,
 ) -> Result<(), ()> {
     if limits.len() + plan.limits().len() > MAX_LIMITS {

@@ -2,11 +2,12 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use http::header::HeaderName;
 use http::{HeaderValue, Method, Request};
 use ratewarden_core::{Key, Quota};
+
+use crate::rate_limit::headers::PolicyHeaders;
 
 use super::error::{PolicyError, Problem};
 
@@ -82,8 +83,8 @@ struct Named {
     key: Box<str>,
     /// [`Key::scope_of`] the name, computed once.
     scope: u64,
-    /// `"name";q=Q;w=W`, formatted once.
-    policy_item: Box<str>,
+    /// Its header values (`"name";q=Q;w=W` ...), formatted once.
+    headers: Arc<PolicyHeaders>,
 }
 
 impl NamedLimit {
@@ -92,17 +93,9 @@ impl NamedLimit {
     /// See the example on [`NamedLimit`].
     #[must_use]
     pub fn new(name: &str, key: &str, quota: Quota) -> Self {
-        let limit = u64::from(quota.burst());
-        // w: the time a full burst takes to refill, in whole seconds (at least 1).
-        let window = quota
-            .period()
-            .saturating_mul(quota.burst())
-            .checked_div(quota.count())
-            .unwrap_or(Duration::MAX);
-        let secs = window.as_secs() + u64::from(window.subsec_nanos() > 0);
         Self {
             named: Arc::new(Named {
-                policy_item: format!("\"{name}\";q={limit};w={}", secs.max(1)).into(),
+                headers: Arc::new(PolicyHeaders::new(name, quota)),
                 scope: Key::scope_of(name),
                 name: Arc::from(name),
                 key: key.into(),
@@ -139,8 +132,8 @@ impl NamedLimit {
         self.named.scope
     }
 
-    pub(crate) fn policy_item(&self) -> &str {
-        &self.named.policy_item
+    pub(crate) fn policy_item(&self) -> &[u8] {
+        self.named.headers.policy_item()
     }
 
     /// What a request's headers and rejection show of the limit.
@@ -187,8 +180,13 @@ impl Shown {
         &self.0.name
     }
 
-    pub(crate) fn policy_item(&self) -> &str {
-        &self.0.policy_item
+    pub(crate) fn policy_item(&self) -> &[u8] {
+        self.0.headers.policy_item()
+    }
+
+    /// Its header values, for a request it alone applied to.
+    pub(crate) fn headers(&self) -> &Arc<PolicyHeaders> {
+        &self.0.headers
     }
 }
 
@@ -240,6 +238,8 @@ impl Route {
     fn matches(&self, path: &str) -> bool {
         match self {
             Self::Exact(exact) => path == exact,
+            // (`/*`: every path, with no call to compare nothing.)
+            Self::Prefix(prefix) if prefix.is_empty() => true,
             Self::Prefix(prefix) => path
                 .strip_prefix(prefix.as_str())
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
@@ -522,7 +522,7 @@ pub(crate) fn policy_value(limits: &[NamedLimit]) -> HeaderValue {
         if !value.is_empty() {
             value.put_slice(b", ");
         }
-        value.put_slice(limit.policy_item().as_bytes());
+        value.put_slice(limit.policy_item());
     }
     // (Limit names are checked to be tokens; a quota formats as digits.)
     HeaderValue::from_maybe_shared(value.freeze()).unwrap_or(HeaderValue::from_static(""))

@@ -11,11 +11,11 @@ use ratewarden_memory::MemoryStore;
 use tower_service::Service;
 
 use super::ban::Ban;
-use super::handle::{Now, PolicyHandle, Snapshot};
+use super::handle::{Now, PolicyHandle, Snapshot, SnapshotCache};
 use super::headers::{self, Applied, AppliedLimits, Checks};
 use super::keys::{Keys, RequestKeys};
 use super::observe::{self, Outcome};
-use super::plans::{self, PlanSource};
+use super::plans::{self, PlanSource, RequestLimits};
 use super::rule::Action;
 use crate::rate_limit::future::{Headers, ResponseFuture, finish};
 use crate::rate_limit::is_grpc;
@@ -81,7 +81,7 @@ pub(crate) struct Shared<St, B> {
 /// The checks one request needs: its limits for the store, and how they map to the limits
 /// shown in its headers.
 struct Plan {
-    limits: Vec<Limit>,
+    limits: RequestLimits,
     applied: AppliedLimits,
     shadow: bool,
     /// The cost of the request's limits (a tenant plan's limits count it too).
@@ -105,6 +105,10 @@ enum AfterFailure {
 }
 
 /// What the layer does with a request before the store is asked.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "made and taken apart once per request: a box would allocate per request"
+)]
 enum Step {
     /// Call the inner service, with no rate-limit headers.
     Pass,
@@ -145,7 +149,7 @@ impl<St, B> Shared<St, B> {
             Action::Limit | Action::Shadow => {}
         }
         let mut plan = Plan {
-            limits: Vec::with_capacity(verdict.limits.len()),
+            limits: RequestLimits::new(),
             applied: AppliedLimits::default(),
             shadow: verdict.action == Action::Shadow,
             cost: 1,
@@ -173,8 +177,10 @@ impl<St, B> Shared<St, B> {
                 .push(Limit::new(key.scoped(limit.scope()), *limit.quota(), cost));
         }
         // A rule's limits, all applied: their `RateLimit-Policy` is formatted once.
+        // (One limit's headers are its own: see `decided`.)
         if let Some(rule) = verdict.limits.rule()
             && plan.limits.len() == rule.limits().len()
+            && plan.limits.len() > 1
         {
             plan.applied.formatted(rule.policy_header());
         }
@@ -487,11 +493,18 @@ fn route<B>(req: &Request<B>) -> &str {
 pub struct PolicyService<S, St, B> {
     inner: S,
     shared: Arc<Shared<St, B>>,
+    /// The running policy, as this service last loaded it.
+    policy: SnapshotCache,
 }
 
 impl<S, St, B> PolicyService<S, St, B> {
-    pub(crate) const fn new(inner: S, shared: Arc<Shared<St, B>>) -> Self {
-        Self { inner, shared }
+    pub(crate) fn new(inner: S, shared: Arc<Shared<St, B>>) -> Self {
+        let policy = shared.handle.cache();
+        Self {
+            inner,
+            shared,
+            policy,
+        }
     }
 
     /// The inner service.
@@ -514,6 +527,7 @@ impl<S: Clone, St, B> Clone for PolicyService<S, St, B> {
         Self {
             inner: self.inner.clone(),
             shared: Arc::clone(&self.shared),
+            policy: self.policy.clone(),
         }
     }
 }
@@ -546,13 +560,13 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         // One snapshot for the whole request: it never sees two policies.
-        let (snapshot, now) = self.shared.handle.load();
-        let mut plan = match self.shared.plan(&req, &snapshot, now) {
+        let snapshot = self.policy.load();
+        let now = self.shared.handle.now();
+        let mut plan = match self.shared.plan(&req, snapshot, now) {
             Step::Pass => return ResponseFuture::inner(self.inner.call(req), Headers::None),
             Step::Answer(response) => return ResponseFuture::ready(response),
             Step::Check(plan) => plan,
         };
-        drop(snapshot);
         let grpc = is_grpc(&req);
         // A store that decides at once (the memory store), and no plan to look up: no future
         // to box.
@@ -682,6 +696,13 @@ impl<St: Store, B> Shared<St, B> {
         });
         if self.config.style == HeaderStyle::None {
             return Verdict::Serve(Headers::None);
+        }
+        // One limit: its values formatted once, written into the response as it comes.
+        if let Some((only, i)) = plan.applied.only()
+            && let Some(decision) = decisions.as_slice().get(i)
+        {
+            let headers = Arc::clone(only.limit.headers());
+            return Verdict::Serve(Headers::One(headers, *decision.info(), self.config.style));
         }
         let mut fields = HeaderMap::new();
         headers::apply(

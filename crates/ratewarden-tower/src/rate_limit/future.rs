@@ -12,22 +12,23 @@ use pin_project_lite::pin_project;
 use ratewarden_core::Info;
 
 use super::body::ResponseBody;
-use super::headers::PolicyHeaders;
+use super::headers::{HeaderStyle, PolicyHeaders};
 
 type BoxFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
 /// The rate-limit headers an admitted request's response gets.
 pub(crate) enum Headers {
     None,
-    /// One limit's, formatted when the response comes (the rate-limit layer).
-    One(Arc<PolicyHeaders>, Info),
+    /// One limit's, formatted when the response comes.
+    One(Arc<PolicyHeaders>, Info, HeaderStyle),
     /// Fields made already (the policy layer's, an item per limit).
     Fields(HeaderMap),
 }
 
-impl From<Option<(Arc<PolicyHeaders>, Info)>> for Headers {
-    fn from(headers: Option<(Arc<PolicyHeaders>, Info)>) -> Self {
-        headers.map_or(Self::None, |(policy, info)| Self::One(policy, info))
+impl Headers {
+    /// One limit's headers, if any, in `style`.
+    pub(crate) fn one(headers: Option<(Arc<PolicyHeaders>, Info)>, style: HeaderStyle) -> Self {
+        headers.map_or(Self::None, |(policy, info)| Self::One(policy, info, style))
     }
 }
 
@@ -76,7 +77,7 @@ pub(crate) fn finish<B>(response: Response<B>, headers: Headers) -> Response<Res
     let (mut parts, body) = response.into_parts();
     match headers {
         Headers::None => {}
-        Headers::One(policy, info) => policy.apply(&mut parts.headers, &info),
+        Headers::One(policy, info, style) => policy.apply(&mut parts.headers, &info, style),
         Headers::Fields(fields) => {
             for (name, value) in fields {
                 if let Some(name) = name {

@@ -1,8 +1,8 @@
 //! The rate-limit header fields: [`HeaderStyle`], and their values formatted once per quota.
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -40,7 +40,6 @@ pub enum HeaderStyle {
 #[derive(Debug)]
 pub(crate) struct PolicyHeaders {
     pub(crate) quota: Quota,
-    style: HeaderStyle,
     /// `"name";q=100;w=60`
     policy: HeaderValue,
     /// `100`
@@ -53,7 +52,7 @@ pub(crate) struct PolicyHeaders {
 }
 
 impl PolicyHeaders {
-    pub(crate) fn new(name: Arc<str>, quota: Quota, style: HeaderStyle) -> Self {
+    pub(crate) fn new(name: &str, quota: Quota) -> Self {
         let limit = u64::from(quota.burst());
         // w: the time one full burst takes to refill, in seconds.
         let window = quota
@@ -68,15 +67,19 @@ impl PolicyHeaders {
             limit: number(limit),
             ratelimit_prefix,
             quota,
-            style,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
-    /// Writes the headers for `info`, unless a stricter limit (an inner layer's, with fewer
-    /// remaining) already wrote them.
-    pub(crate) fn apply(&self, headers: &mut HeaderMap, info: &Info) {
-        let (ietf, x) = match self.style {
+    /// `"name";q=100;w=60`: the item of `RateLimit-Policy`.
+    pub(crate) fn policy_item(&self) -> &[u8] {
+        self.policy.as_bytes()
+    }
+
+    /// Writes the `style` headers for `info`, unless a stricter limit (an inner layer's, with
+    /// fewer remaining) already wrote them.
+    pub(crate) fn apply(&self, headers: &mut HeaderMap, info: &Info, style: HeaderStyle) {
+        let (ietf, x) = match style {
             HeaderStyle::Ietf => (true, false),
             HeaderStyle::XRateLimit => (false, true),
             HeaderStyle::Both => (true, true),

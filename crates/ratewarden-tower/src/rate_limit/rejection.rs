@@ -7,7 +7,7 @@ use http::header::RETRY_AFTER;
 use http::{Response, StatusCode};
 use ratewarden_core::{Info, Quota};
 
-use super::headers::{PolicyHeaders, ceil_secs, number};
+use super::headers::{HeaderStyle, PolicyHeaders, ceil_secs, number};
 use super::problem::{self, COST_EXCEEDS_LIMIT, QUOTA_EXCEEDED, grpc_status};
 
 /// Why a request was rejected.
@@ -147,6 +147,7 @@ pub(crate) fn finish_rejection(
     response: Response<Bytes>,
     denied: &Denied,
     policy: &PolicyHeaders,
+    style: HeaderStyle,
 ) -> Response<Bytes> {
     let (mut parts, body) = response.into_parts();
     if denied.reason == DenialReason::RateLimited && !parts.headers.contains_key(RETRY_AFTER) {
@@ -154,6 +155,6 @@ pub(crate) fn finish_rejection(
             .headers
             .insert(RETRY_AFTER, number(denied.retry_after_secs()));
     }
-    policy.apply(&mut parts.headers, &denied.info);
+    policy.apply(&mut parts.headers, &denied.info, style);
     Response::from_parts(parts, body)
 }

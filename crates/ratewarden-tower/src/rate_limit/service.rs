@@ -83,13 +83,7 @@ pub(crate) enum Outcome {
 
 impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
     fn policy_headers(&self, quota: Quota) -> Arc<PolicyHeaders> {
-        let format = || {
-            Arc::new(PolicyHeaders::new(
-                Arc::clone(&self.config.name),
-                quota,
-                self.config.style,
-            ))
-        };
+        let format = || Arc::new(PolicyHeaders::new(&self.config.name, quota));
         let first = self.first_policy.get_or_init(format);
         if first.quota == quota {
             Arc::clone(first)
@@ -177,7 +171,12 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
             grpc: is_grpc(req),
         };
         let rejection = self.reject.response(&denied);
-        Outcome::Reject(rejection::finish_rejection(rejection, &denied, &headers))
+        Outcome::Reject(rejection::finish_rejection(
+            rejection,
+            &denied,
+            &headers,
+            self.config.style,
+        ))
     }
 
     fn store_failed<B>(
@@ -394,9 +393,10 @@ where
         let charged = cost + owed.units();
         if let Some(result) = shared.store.check_ready(&key, &quota, charged) {
             return match shared.outcome(result, &key, quota, (cost, owed), &req) {
-                Outcome::Allow(headers) => {
-                    ResponseFuture::inner(self.inner.call(req), headers.into())
-                }
+                Outcome::Allow(headers) => ResponseFuture::inner(
+                    self.inner.call(req),
+                    Headers::one(headers, shared.config.style),
+                ),
                 Outcome::Reject(response) => ResponseFuture::ready(response),
             };
         }
@@ -410,7 +410,10 @@ where
             match shared.outcome(result, &key, quota, (cost, owed), &req) {
                 Outcome::Allow(headers) => {
                     let response = inner.call(req).await?;
-                    Ok(super::future::finish(response, headers.into()))
+                    Ok(super::future::finish(
+                        response,
+                        Headers::one(headers, shared.config.style),
+                    ))
                 }
                 Outcome::Reject(response) => Ok(response.map(ResponseBody::full)),
             }
