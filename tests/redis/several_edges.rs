@@ -404,3 +404,61 @@ async fn adaptive_split_one_second(zero_first: bool) -> u32 {
     // Documented split bound over t = 1 s: burst + rate*t + parts - 1 = 10 + 10 + 3.
     singles + alls
 }
+
+/// A cost-0 limit whose state (or split marker) cannot be read is denied, its state
+/// replaced by a spent one; the request is then decided again on what is there, so that
+/// it is admitted only with every other limit counted: `b`, under `1/h`, admits once.
+#[tokio::test]
+async fn a_cost_zero_limit_on_an_unreadable_state_never_lets_the_others_through_uncounted() {
+    let server = RedisServer::start();
+    let mut conn = server
+        .client()
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let gcra: Quota = "1/h".parse().unwrap();
+    let bucket: Quota = "1/h token-bucket".parse().unwrap();
+    for (prefix, marker) in [("edge-zero-state", false), ("edge-zero-marker", true)] {
+        let mut config = RedisConfig::new(server.url())
+            .prefix(prefix)
+            .timeout(Duration::from_secs(10))
+            .deny_cache(0);
+        if marker {
+            config = config.hot_keys(HotKeys::adaptive(1_000, NonZeroU32::new(4).unwrap()));
+        }
+        let store = config.connect().await.unwrap();
+        let (a, b) = (Key::from("a"), Key::from("b"));
+        let mut admitted = 0;
+        for _ in 0..3 {
+            let mut garbage = store.state_key(&a, &bucket);
+            if marker {
+                garbage.extend_from_slice(b":m");
+            }
+            let _: () = redis::cmd("SET")
+                .arg(garbage)
+                .arg("junk")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let limits = [
+                Limit::new(a.clone(), bucket, 0),
+                Limit::new(b.clone(), gcra, 1),
+            ];
+            let decisions = store.check_all(&limits).await.unwrap();
+            let counted: Option<String> = redis::cmd("GET")
+                .arg(store.state_key(&b, &gcra))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if decisions.is_allowed() {
+                admitted += 1;
+                assert!(counted.is_some(), "{prefix}: admitted with b uncounted");
+            }
+        }
+        assert_eq!(
+            admitted, 1,
+            "{prefix}: b under 1/h admitted {admitted} times"
+        );
+    }
+}

@@ -1025,3 +1025,82 @@ fn t_a_plan_of_sixteen_limits() {
     assert!(Plan::new("full", names[..16].iter().map(|n| (n, q))).is_ok());
     assert!(Plan::new("over", names.iter().map(|n| (n, q))).is_err());
 }
+
+/// The headers after a shadow rule whose cost is above its burst (no retry can meet it),
+/// on a limit alone or beside another: `"solo"`'s `RateLimit` item.
+async fn solo_item(beside: bool) -> String {
+    let (store, _clock) = manual_store();
+    let solo = limit("solo", "ip", "2/min");
+    let shadow = Rule::new()
+        .route("/")
+        .action(Action::Shadow)
+        .limit(solo.clone());
+    let shadow = if beside {
+        shadow.limit(limit("other", "ip", "100/min"))
+    } else {
+        shadow
+    };
+    let policy = Policy::new()
+        .rule(Rule::new().route("/warm").limit(solo))
+        .rule(shadow.cost(5));
+    let layer = PolicyLayer::builder(store, PolicyHandle::new(policy).unwrap())
+        .key("ip", PeerIp::new())
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/warm", get(|| async { "ok" }))
+        .layer(layer);
+    let (warm, _) = send(&app, get_from("192.0.2.1:1", "/warm", &[])).await;
+    assert_eq!(warm.status(), StatusCode::OK);
+    let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+    assert_eq!(response.status(), StatusCode::OK, "shadow refuses nothing");
+    let value = header(&response, "ratelimit");
+    let item = value.split(", ").find(|i| i.starts_with("\"solo\""));
+    item.unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_limit_shows_the_same_ratelimit_item_alone_and_beside_others() {
+    let (alone, beside) = (solo_item(false).await, solo_item(true).await);
+    assert_eq!(alone, beside);
+    // No retry can meet a cost above the burst: `t` is when the quota is whole again.
+    assert_ne!(alone, "\"solo\";r=1;t=0");
+}
+
+/// An outer policy layer writing IETF fields over an inner rate-limit layer writing
+/// `X-RateLimit-*`, stricter: each kind of field is written by the layer that writes it.
+#[tokio::test]
+async fn an_inner_layer_of_another_header_style_never_hides_the_outer_layers_fields() {
+    use ratewarden_tower::RateLimitLayer;
+    use ratewarden_tower::rate_limit::HeaderStyle;
+    for outer_limits in [1, 2] {
+        let (store, _clock) = manual_store();
+        let mut rule = Rule::new().limit(limit("outer", "ip", "100/min"));
+        if outer_limits == 2 {
+            rule = rule.limit(limit("outer-2", "ip", "200/min"));
+        }
+        let policy = PolicyLayer::builder(
+            store,
+            PolicyHandle::new(Policy::new().otherwise(rule)).unwrap(),
+        )
+        .key("ip", PeerIp::new())
+        .headers(HeaderStyle::Ietf)
+        .build()
+        .unwrap();
+        let inner =
+            RateLimitLayer::per_ip("5/min".parse().unwrap()).headers(HeaderStyle::XRateLimit);
+        let app = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(inner)
+            .layer(policy);
+        let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let ratelimit = header(&response, "ratelimit");
+        assert!(
+            ratelimit.contains("\"outer\";r=99"),
+            "{outer_limits} outer limits: {ratelimit:?}"
+        );
+        assert_eq!(header(&response, "x-ratelimit-remaining"), "4");
+    }
+}

@@ -2,8 +2,9 @@
 -- Each limit is decided once, as a check alone decides it, its writes held (`put`); when
 -- every limit admits, the writes are made, in order; otherwise none is, and the states are
 -- left exactly as they were (but a state that cannot be read, which is replaced by a spent
--- one as a check alone replaces it). Limits on the same state come merged, their costs
--- summed: each state is decided once, and no limit reads a state another wrote.
+-- one as a check alone replaces it, and the limits decided again). Limits on the same state
+-- come merged, their costs summed: each state is decided once, and no limit reads a state
+-- another wrote.
 --
 -- KEYS  the keys of each limit in turn: its state, and for a key that adaptive hot-key
 --       splitting may have split, its split marker; all in one cluster slot
@@ -117,39 +118,62 @@ local function decided_at(limit)
   return at
 end
 
-local function all(KEYS, ARGV)
-  local limits = each_limit(KEYS, ARGV, true)
-  local replies = {}
-  local admitted = true
-  local writes = {}
-  local sets = {}
+-- Decides each limit once, its writes held: puts their replies in `replies`, and returns
+-- whether every limit admits, the writes to make if so (`put`'s, then `gcra`'s SETs), and
+-- whether a state could not be read (flag 2: left alone while writes were held).
+local function decide_each(limits, ARGV, replies)
+  local writes, sets = {}, {}
+  local admitted, unreadable = true, false
   held = writes
   for i, limit in ipairs(limits) do
     local n = 5 * (i - 1)
     local counted = ARGV[n + 3] == 'c'
     if not (limit.gcra and gcra(limit, counted, replies, n, sets, ARGV)) then
       local args = limit[2]
+      args[1] = 'c'
       if not counted or args[2] == 0 then
         args[1] = 'q'
       end
       append_reply(replies, n, limit[1](limit.keys, args))
     end
     admitted = admitted and replies[n + 1] == 1
+    unreadable = unreadable or replies[n + 5] % 4 == 2
   end
   held = nil
+  return admitted, writes, sets, unreadable
+end
+
+local function all(KEYS, ARGV)
+  local limits = each_limit(KEYS, ARGV, true)
+  local replies = {}
+  local admitted, writes, sets, unreadable = decide_each(limits, ARGV, replies)
+  if unreadable then
+    -- Each state that could not be read is replaced by a spent one (or its split marker
+    -- dropped, the key spent), as a check alone replaces it; then every limit is decided
+    -- again on what is there, so that a request is admitted only with every limit counted.
+    local replaced = {}
+    for i, limit in ipairs(limits) do
+      if replies[5 * i] % 4 == 2 then
+        limit[2][1] = 'c'
+        limit[1](limit.keys, limit[2])
+        replaced[#replaced + 1] = i
+      end
+    end
+    admitted, writes, sets, unreadable = decide_each(limits, ARGV, replies)
+    admitted = admitted and not unreadable
+    for _, i in ipairs(replaced) do
+      -- (flag 1: a state that could not be read, replaced)
+      if replies[5 * i] % 4 == 0 then
+        replies[5 * i] = replies[5 * i] + 1
+      end
+    end
+  end
   if admitted then
     for _, w in ipairs(writes) do
       redis.call(unpack(w))
     end
     for s = 1, #sets, 3 do
       redis.call('SET', sets[s], sets[s + 1], 'PX', sets[s + 2])
-    end
-  end
-  for i, limit in ipairs(limits) do
-    -- (flag 2: a state that could not be read, left alone while writes were held)
-    if replies[5 * i] % 4 == 2 then
-      limit[2][1] = 'c'
-      append_reply(replies, 5 * (i - 1), limit[1](limit.keys, limit[2]))
     end
   end
   replies[5 * #limits + 1] = decided_at(limits[1])

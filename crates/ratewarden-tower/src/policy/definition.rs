@@ -127,6 +127,14 @@ impl<'a> Limits<'a> {
             .chain(union.iter().copied())
     }
 
+    /// How many limits.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Self::Rule(rule) => rule.limits.len(),
+            Self::Union(union) => union.len(),
+        }
+    }
+
     /// The rule they all are, when they are one rule's.
     pub(crate) const fn rule(&self) -> Option<&'a Rule> {
         match self {

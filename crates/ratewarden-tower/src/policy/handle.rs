@@ -151,7 +151,8 @@ struct Shared {
 /// every interval by the larger of `old(L)` and `new(L)` alone: a client that ran steadily
 /// at `old`'s rate leaves `old`'s state as empty as an idle client's, yet under `new` (a
 /// lower rate, a larger burst) it would have built up a debt. Both bounds are property
-/// tests over random reloads (`tests/tower/policy.rs`).
+/// tests over random reloads (`tests/tower/policy.rs`); the first is the one that fails
+/// when a change starts from a fresh state with no transition.
 ///
 /// When one request would get more than [`MAX_LIMITS`](ratewarden_core::MAX_LIMITS) limits
 /// with the previous quotas of changes in quick succession, the oldest previous quotas are

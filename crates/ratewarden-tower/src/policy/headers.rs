@@ -15,7 +15,7 @@ use super::rule::Shown;
 use crate::rate_limit::HeaderStyle;
 pub(crate) use crate::rate_limit::headers::ceil_secs;
 use crate::rate_limit::headers::{
-    Buffer, RATELIMIT, RATELIMIT_POLICY, X_LIMIT, X_REMAINING, X_RESET, put_number,
+    Buffer, RATELIMIT, RATELIMIT_POLICY, X_LIMIT, X_REMAINING, X_RESET, put_number, wait,
 };
 
 /// Room for the `RateLimit` value of the most limits one request gets.
@@ -161,12 +161,7 @@ fn merged(applied: &Applied, decisions: &[Decision]) -> Option<(u64, u64)> {
     let mut out: Option<(u64, u64)> = None;
     for decision in applied.checks.iter().filter_map(|i| decisions.get(i)) {
         let info = decision.info();
-        let until = if decision.is_allowed() {
-            info.reset_after()
-        } else {
-            info.retry_after()
-        };
-        let (r, t) = (info.remaining(), ceil_secs(until));
+        let (r, t) = (info.remaining(), ceil_secs(wait(info)));
         out = Some(out.map_or((r, t), |(r0, t0)| (r0.min(r), t0.max(t))));
     }
     out

@@ -149,7 +149,8 @@ impl<St, B> Shared<St, B> {
             Action::Limit | Action::Shadow => {}
         }
         let mut plan = Plan {
-            limits: RequestLimits::new(),
+            // (Inline up to two: more are allocated once, not grown into.)
+            limits: RequestLimits::with_capacity(verdict.limits.len()),
             applied: AppliedLimits::default(),
             shadow: verdict.action == Action::Shadow,
             cost: 1,

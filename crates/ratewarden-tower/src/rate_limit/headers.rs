@@ -76,8 +76,8 @@ impl PolicyHeaders {
         self.policy.as_bytes()
     }
 
-    /// Writes the `style` headers for `info`, unless a stricter limit (an inner layer's, with
-    /// fewer remaining) already wrote them.
+    /// Writes the `style` headers for `info`, each kind (IETF, `X-RateLimit-*`) unless a
+    /// stricter limit (an inner layer's, with fewer remaining) already wrote that kind.
     pub(crate) fn apply(&self, headers: &mut HeaderMap, info: &Info, style: HeaderStyle) {
         let (ietf, x) = match style {
             HeaderStyle::Ietf => (true, false),
@@ -85,18 +85,16 @@ impl PolicyHeaders {
             HeaderStyle::Both => (true, true),
             HeaderStyle::None => return,
         };
-        if written_remaining(headers).is_some_and(|previous| previous <= info.remaining()) {
+        let stricter = |written: Option<u64>| written.is_some_and(|r| r <= info.remaining());
+        let ietf = ietf && !stricter(written_ratelimit(headers));
+        let x = x && !stricter(written_x_remaining(headers));
+        if !ietf && !x {
             return;
         }
-        let denied = !info.retry_after().is_zero();
         VALUES.with_borrow_mut(|values| {
             if ietf {
-                let until = if denied {
-                    info.retry_after()
-                } else {
-                    info.reset_after()
-                };
-                let ratelimit = values.ratelimit(self, info.remaining(), ceil_secs(until));
+                let until = ceil_secs(wait(info));
+                let ratelimit = values.ratelimit(self, info.remaining(), until);
                 headers.insert(RATELIMIT, ratelimit);
                 headers.insert(RATELIMIT_POLICY, self.policy.clone());
             }
@@ -225,11 +223,23 @@ pub(crate) fn put_number(buf: &mut BytesMut, n: u64) {
     buf.put_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
-/// The remaining count an inner rate-limit layer already wrote, if any.
-fn written_remaining(headers: &HeaderMap) -> Option<u64> {
-    if let Some(value) = headers.get(X_REMAINING) {
-        return value.to_str().ok()?.parse().ok();
+/// What `RateLimit`'s `t` shows of a decision: the wait of a denial that can wait, else the
+/// time until the quota is whole again.
+pub(crate) fn wait(info: &Info) -> Duration {
+    if info.retry_after().is_zero() {
+        info.reset_after()
+    } else {
+        info.retry_after()
     }
+}
+
+/// The `X-RateLimit-Remaining` an inner rate-limit layer already wrote, if any.
+fn written_x_remaining(headers: &HeaderMap) -> Option<u64> {
+    headers.get(X_REMAINING)?.to_str().ok()?.parse().ok()
+}
+
+/// The `r` of the `RateLimit` an inner rate-limit layer already wrote, if any.
+fn written_ratelimit(headers: &HeaderMap) -> Option<u64> {
     let field = headers.get(RATELIMIT)?.to_str().ok()?;
     let r = field
         .split(';')
