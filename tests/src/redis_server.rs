@@ -254,9 +254,7 @@ impl RedisServer {
     ///
     /// The server's error reply, or a connection error.
     pub fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        let client = self.client()?;
-        let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
-        cmd.query(&mut connection)
+        query_on(|| self.client(), cmd)
     }
 
     /// How many scripts and functions the server has run (`FCALL`, `EVALSHA` and `EVAL`
@@ -613,9 +611,7 @@ impl RedisCluster {
         cmd: &redis::Cmd,
     ) -> redis::RedisResult<T> {
         let url = format!("redis://127.0.0.1:{}", self.ports[node]);
-        let mut connection =
-            redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(2))?;
-        cmd.query(&mut connection)
+        query_on(|| redis::Client::open(url.as_str()), cmd)
     }
 
     /// The node (index) and node ID of the master serving `slot`, as node `asking` sees
@@ -910,4 +906,29 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free loopback port")
+}
+
+/// Runs `cmd` on a connection of its own from `client`. A signal meant for another test's
+/// child (a server stopped or continued) interrupts the connect's `poll` or a read with a
+/// timeout, which the kernel never restarts (`EINTR`): the command is sent again, a few times
+/// (the tests' commands may be sent twice).
+fn query_on<T: redis::FromRedisValue>(
+    client: impl Fn() -> redis::RedisResult<redis::Client>,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    let mut tries = 0;
+    loop {
+        let result = client().and_then(|client| {
+            let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
+            cmd.query(&mut connection)
+        });
+        match result {
+            Err(error)
+                if tries < 5 && error.is_io_error() && error.to_string().contains("os error 4") =>
+            {
+                tries += 1;
+            }
+            result => return result,
+        }
+    }
 }

@@ -25,6 +25,16 @@ spend = function(at)
   expire_at(last + capacity * interval)
 end
 
+-- `used` less the tokens refilled from `last` to now (at or after `last`), and when the next
+-- refill counts from.
+local function refilled(used, last)
+  local tokens = idiv(now - last, interval)
+  if tokens >= used then
+    return 0, now
+  end
+  return used - tokens, last + tokens * interval
+end
+
 -- Puts back the tokens not refilled since the charge; refunded later than the charge, restarts
 -- the refill in progress now.
 refund = function(cost, charged_at)
@@ -39,17 +49,10 @@ refund = function(cost, charged_at)
   if now < last then
     last = now
   else
-    local tokens = idiv(now - last, interval)
-    if tokens >= used then
-      used = 0
-      last = now
-    else
-      used = used - tokens
-      last = last + tokens * interval
-    end
+    used, last = refilled(used, last)
   end
-  local refilled = idiv(at_least_zero(now - charged_at), interval)
-  used = at_least_zero(used - at_least_zero(cost - refilled))
+  local since = idiv(at_least_zero(now - charged_at), interval)
+  used = at_least_zero(used - at_least_zero(cost - since))
   if now > charged_at and last < now then
     last = now
   end
@@ -77,14 +80,7 @@ decide = function(cost, write)
     -- The clock stepped back: count refills from now on, not from a time to come.
     last = now + split_slack
   elseif now > last then
-    local tokens = idiv(now - last, interval)
-    if tokens >= used then
-      used = 0
-      last = now
-    else
-      used = used - tokens
-      last = last + tokens * interval
-    end
+    used, last = refilled(used, last)
   end
   local remaining = at_least_zero(capacity - used)
   if write and pulled_back then
