@@ -239,3 +239,42 @@ async fn a_tenant_key_sent_twice_is_refused() {
     let (refused, _) = send(&app, twice).await;
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
 }
+
+/// A ban on the tenant key counts denials of the tenant's plan limits, though no rule limits
+/// by tenant: `free` (1 a minute) denied more than 3 times in a minute is refused (403), on
+/// every route its plan applies to; `gold` is not.
+#[tokio::test]
+async fn a_tenant_its_plan_denies_too_often_is_banned() {
+    let (store, _clock) = manual_store();
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let ban = Ban::new(3, Duration::from_secs(60), Duration::from_secs(600)).unwrap();
+    let layer = PolicyLayer::builder(store, per_ip("100/min"))
+        .key("ip", PeerIp::new())
+        .key(
+            "tenant",
+            Header::new(http::HeaderName::from_static("x-tenant")),
+        )
+        .plans("tenant", plans(&lookups))
+        .ban(&["tenant"], ban)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let from = |peer: &str, who: &str| get_from(peer, "/", &tenant(who));
+    assert_eq!(
+        send(&app, from("192.0.2.1:1", "free")).await.0.status(),
+        StatusCode::OK
+    );
+    for _ in 0..4 {
+        let (denied, _) = send(&app, from("192.0.2.1:1", "free")).await;
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+    // From another address too: the tenant is banned, not the address.
+    let (banned, _) = send(&app, from("192.0.2.2:1", "free")).await;
+    assert_eq!(banned.status(), StatusCode::FORBIDDEN, "{banned:?}");
+    assert_eq!(
+        send(&app, from("192.0.2.1:1", "gold")).await.0.status(),
+        StatusCode::OK
+    );
+}

@@ -117,7 +117,8 @@ impl<St, B: 'static> PolicyLayerBuilder<St, B> {
     /// (see [`Ban`]). Name the keys of single clients (an IP, a user): a key many clients
     /// share (a tenant, an IP behind a NAT) is banned for all of them when some are denied,
     /// and `global`, which every request shares, cannot be named. A ban binds a request where
-    /// a limit of the request is keyed by that extractor.
+    /// a limit of the request is keyed by that extractor, a tenant plan's limits included
+    /// when the plans' key is named.
     ///
     /// ```
     /// use ratewarden_tower::key::PeerIp;

@@ -297,9 +297,10 @@ impl<St, B> Shared<St, B> {
     ) -> Option<Step> {
         let failed = match (&resolution, &self.plans) {
             (Resolution::Plan(found), Some(plans)) => {
+                let first = plan.limits.len();
                 let limits = (&mut plan.limits, &mut plan.applied);
                 let added = plans::add(found, (tenant, plans.key()), plan.cost, limits.0, limits.1);
-                if added.is_err() {
+                if added.is_err() || self.ban_plan(plan, tenant, plans.key(), first).is_err() {
                     // More limits than a store decides together: never let through uncounted.
                     return Some(Step::Answer(unavailable(grpc)));
                 }
@@ -321,6 +322,33 @@ impl<St, B> Shared<St, B> {
             OnStoreError::Closed => Some(Step::Answer(unavailable(grpc))),
             OnStoreError::Fallback => None,
         }
+    }
+
+    /// With a ban on the tenants' key `name`: the denials of the plan's limits (those from
+    /// `first` on) count against the tenant, and the request reads the tenant's ban. `Err`
+    /// when that takes the request past [`MAX_LIMITS`].
+    fn ban_plan(&self, plan: &mut Plan, tenant: &Key, name: &str, first: usize) -> Result<(), ()> {
+        let (Some((ban, _)), Some(scope)) = (&self.ban, self.ban_scope(name)) else {
+            return Ok(());
+        };
+        if first == plan.limits.len() {
+            return Ok(());
+        }
+        for i in first..plan.limits.len() {
+            plan.bannable.push((i, scope, tenant.clone()));
+        }
+        let probe = ban.probe(tenant, scope);
+        let probed =
+            (plan.bans.iter()).any(|&i| plan.limits.get(i).is_some_and(|l| l.key() == probe.key()));
+        if probed {
+            return Ok(());
+        }
+        if plan.limits.len() >= MAX_LIMITS {
+            return Err(());
+        }
+        plan.bans.push(plan.limits.len());
+        plan.limits.push(probe);
+        Ok(())
     }
 
     /// The answer to a request without the key `name` (`None`: leave that limit out).
