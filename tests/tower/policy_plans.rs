@@ -119,17 +119,21 @@ async fn a_tenant_plan_adds_its_limits_and_a_failed_lookup_answers_as_configured
 }
 
 /// A layer on `store` limiting per IP at 1 a minute, banning an IP denied more than 3 times
-/// within a minute for `duration`.
-fn app_with_ban<St: Store>(store: St, duration: Duration) -> Router {
+/// within a minute for `duration`; and an app under it.
+fn app_with_ban<St: Store>(
+    store: St,
+    duration: Duration,
+) -> (Router, PolicyLayer<St, axum::body::Body>) {
     let ban = Ban::new(3, Duration::from_secs(60), duration).unwrap();
     let layer = PolicyLayer::builder(store, per_ip("1/min"))
         .key("ip", PeerIp::new())
         .ban(&["ip"], ban)
         .build()
         .unwrap();
-    Router::new()
+    let app = Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(layer)
+        .layer(layer.clone());
+    (app, layer)
 }
 
 /// An IP denied more than 3 times in a minute is refused (403) for the ban's duration, with a
@@ -138,7 +142,7 @@ fn app_with_ban<St: Store>(store: St, duration: Duration) -> Router {
 #[tokio::test]
 async fn a_key_denied_too_often_is_banned_for_the_duration() {
     let (store, clock) = manual_store();
-    let app = app_with_ban(store, Duration::from_secs(600));
+    let (app, _) = app_with_ban(store, Duration::from_secs(600));
     let from = |peer: &str| get_from(peer, "/", &[]);
     assert_eq!(
         send(&app, from("192.0.2.1:1")).await.0.status(),
@@ -169,8 +173,8 @@ async fn a_key_denied_too_often_is_banned_for_the_duration() {
     );
 }
 
-/// With Redis, a ban one gateway writes binds every other gateway from its next request:
-/// two layers on two stores of one server.
+/// With Redis, a ban one gateway writes binds every other gateway from its next request, and
+/// a ban one lifts is lifted for every other: two layers on two stores of one server.
 #[tokio::test]
 async fn a_ban_written_by_one_gateway_binds_another_at_once() {
     let server = tests::redis_server::RedisServer::start();
@@ -184,7 +188,7 @@ async fn a_ban_written_by_one_gateway_binds_another_at_once() {
             .unwrap();
         app_with_ban(store, Duration::from_secs(600))
     };
-    let (a, b) = (gateway().await, gateway().await);
+    let ((a, lifts), (b, _)) = (gateway().await, gateway().await);
     let from = || get_from("192.0.2.7:1", "/", &[]);
     assert_eq!(send(&a, from()).await.0.status(), StatusCode::OK);
     for _ in 0..4 {
@@ -195,6 +199,13 @@ async fn a_ban_written_by_one_gateway_binds_another_at_once() {
     }
     assert_eq!(send(&b, from()).await.0.status(), StatusCode::FORBIDDEN);
     assert_eq!(send(&a, from()).await.0.status(), StatusCode::FORBIDDEN);
+    let client: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+    lifts.lift_ban("ip", &Key::from(client)).await.unwrap();
+    // Limited again (1 a minute, spent), no longer refused.
+    assert_eq!(
+        send(&b, from()).await.0.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
 }
 
 /// The `X-RateLimit-*` fields of an admitted request show its limits, never its ban's probe;
@@ -277,4 +288,47 @@ async fn a_tenant_its_plan_denies_too_often_is_banned() {
         send(&app, from("192.0.2.1:1", "gold")).await.0.status(),
         StatusCode::OK
     );
+}
+
+/// An operator lifts a ban: the client is limited again (not refused), its denials start
+/// from none, and an IPv6 client's ban is lifted by any address of its network. A key name
+/// the layer does not ban is an error, never a silent no-op.
+#[tokio::test]
+async fn a_lifted_ban_lets_the_client_back_under_its_limits() {
+    let (store, _clock) = manual_store();
+    let ban = Ban::new(3, Duration::from_secs(60), Duration::from_secs(600)).unwrap();
+    let layer = PolicyLayer::builder(store, per_ip("1/min"))
+        .key("ip", PeerIp::new())
+        .ban(&["ip"], ban)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer.clone());
+    for (peer, lift) in [
+        ("192.0.2.1:1", "192.0.2.1"),
+        ("[2001:db8::9]:1", "2001:db8::5"),
+    ] {
+        let status = |app: &Router| {
+            let app = app.clone();
+            async move { send(&app, get_from(peer, "/", &[])).await.0.status() }
+        };
+        assert_eq!(status(&app).await, StatusCode::OK);
+        for _ in 0..4 {
+            assert_eq!(status(&app).await, StatusCode::TOO_MANY_REQUESTS);
+        }
+        assert_eq!(status(&app).await, StatusCode::FORBIDDEN, "{peer} banned");
+        let client: std::net::IpAddr = lift.parse().unwrap();
+        layer.lift_ban("ip", &Key::from(client)).await.unwrap();
+        // Denied again by its limit, and banned only after 4 more denials.
+        for _ in 0..4 {
+            assert_eq!(status(&app).await, StatusCode::TOO_MANY_REQUESTS, "{peer}");
+        }
+        assert_eq!(
+            status(&app).await,
+            StatusCode::FORBIDDEN,
+            "{peer} banned again"
+        );
+    }
+    assert!(layer.lift_ban("user", &Key::from("alice")).await.is_err());
 }

@@ -68,6 +68,14 @@ impl<B> Keys<B> {
         self.entries.iter().map(|(n, _)| n.to_string()).collect()
     }
 
+    /// `key` as the extractor `name` keys it ([`KeyExtractor::key_for`]).
+    pub(crate) fn key_for(&self, name: &str, key: Key) -> Key {
+        match self.index(name) {
+            Some(i) => self.entries[i].1.key_for(key),
+            None => key,
+        }
+    }
+
     fn index(&self, name: &str) -> Option<usize> {
         self.entries.iter().position(|(n, _)| &**n == name)
     }
@@ -115,10 +123,7 @@ impl<'a, B> RequestKeys<'a, B> {
 
     /// The key `name`'s extractor gives the client `Key::from(value)` names.
     pub(crate) fn key_for(&self, name: &str, key: Key) -> Key {
-        match self.keys.index(name) {
-            Some(i) => self.keys.entries[i].1.key_for(key),
-            None => key,
-        }
+        self.keys.key_for(name, key)
     }
 
     /// The challenge of key `name`'s extractor, and whether the request carries an unusable

@@ -5,6 +5,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 
 use http::StatusCode;
+use ratewarden_core::{Key, Store, StoreError, StoreErrorKind};
 use tower_layer::Layer;
 
 use super::ban::{self, Ban};
@@ -246,6 +247,55 @@ impl<St, B> PolicyLayer<St, B> {
     /// See the [module example](super).
     pub fn store(&self) -> &St {
         &self.shared.store
+    }
+}
+
+impl<St: Store, B> PolicyLayer<St, B> {
+    /// Lifts the ban of `client`, as the extractor registered as `key` keys it (an IPv6
+    /// address names its network, as [`KeyExtractor::key_for`] says), and forgets its
+    /// denials: on every gateway that shares the store, and in the layer's local fallback.
+    ///
+    /// # Errors
+    ///
+    /// The store's error; [`StoreErrorKind::InvalidInput`] when the layer bans no keys named
+    /// `key`.
+    ///
+    /// ```
+    /// use ratewarden_tower::key::PeerIp;
+    /// use ratewarden_tower::policy::{Ban, Policy, PolicyHandle, PolicyLayer};
+    /// use ratewarden_tower::{Key, MemoryStore};
+    /// use std::net::IpAddr;
+    /// use std::time::Duration;
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ban = Ban::new(20, Duration::from_secs(60), Duration::from_secs(600))?;
+    /// let layer = PolicyLayer::<_, ()>::builder(MemoryStore::new(), PolicyHandle::new(Policy::new())?)
+    ///     .key("ip", PeerIp::new())
+    ///     .ban(&["ip"], ban)
+    ///     .build()?;
+    /// let client: IpAddr = "192.0.2.7".parse()?;
+    /// layer.lift_ban("ip", &Key::from(client)).await?;
+    /// assert!(layer.lift_ban("user", &Key::from("alice")).await.is_err());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn lift_ban(&self, key: &str, client: &Key) -> Result<(), StoreError> {
+        let shared = &self.shared;
+        let (Some((ban, _)), Some(scope)) = (&shared.ban, shared.ban_scope(key)) else {
+            return Err(StoreError::with_source(
+                StoreErrorKind::InvalidInput,
+                format!("the layer bans no keys named {key:?}"),
+            ));
+        };
+        let client = shared.keys.key_for(key, client.clone());
+        let states = [ban.ban(&client, scope), ban.denial(&client, scope)];
+        for (state, quota) in &states {
+            shared.store.reset(state, quota).await?;
+            if let Some(fallback) = shared.fallback.get() {
+                fallback.reset(state, quota).await?;
+            }
+        }
+        Ok(())
     }
 }
 

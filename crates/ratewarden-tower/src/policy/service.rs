@@ -236,7 +236,7 @@ impl<St, B> Shared<St, B> {
     }
 
     /// The scope of the bans of keys named `name`, when the layer bans.
-    fn ban_scope(&self, name: &str) -> Option<u64> {
+    pub(crate) fn ban_scope(&self, name: &str) -> Option<u64> {
         let (_, scopes) = self.ban.as_ref()?;
         scopes
             .iter()
