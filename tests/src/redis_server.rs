@@ -924,7 +924,9 @@ fn query_on<T: redis::FromRedisValue>(
         });
         match result {
             Err(error)
-                if tries < 5 && error.is_io_error() && error.to_string().contains("os error 4") =>
+                if tries < 5
+                    && error.is_io_error()
+                    && error.to_string().contains("(os error 4)") =>
             {
                 tries += 1;
             }

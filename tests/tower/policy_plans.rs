@@ -332,3 +332,34 @@ async fn a_lifted_ban_lets_the_client_back_under_its_limits() {
     }
     assert!(layer.lift_ban("user", &Key::from("alice")).await.is_err());
 }
+
+/// A ban counted and written by gateway `b`, lifted from gateway `a`: `b`'s next denials
+/// count from none again, though `b` keeps a cache of Redis's denials (the default), and a
+/// client lifted by its address written as text is lifted.
+#[tokio::test]
+async fn a_ban_lifted_on_one_gateway_stays_lifted_on_another_that_caches_denials() {
+    let server = tests::redis_server::RedisServer::start();
+    let gateway = || async {
+        let store = ratewarden_redis::RedisConfig::new(server.url())
+            .prefix("lifted")
+            .timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .unwrap();
+        app_with_ban(store, Duration::from_secs(600))
+    };
+    let ((_, lifts), (b, _)) = (gateway().await, gateway().await);
+    let status = || async { send(&b, get_from("192.0.2.8:1", "/", &[])).await.0.status() };
+    assert_eq!(status().await, StatusCode::OK);
+    for _ in 0..4 {
+        assert_eq!(status().await, StatusCode::TOO_MANY_REQUESTS);
+    }
+    assert_eq!(status().await, StatusCode::FORBIDDEN);
+    lifts.lift_ban("ip", &Key::from("192.0.2.8")).await.unwrap();
+    let mut after = Vec::new();
+    for _ in 0..4 {
+        after.push(status().await);
+    }
+    assert_eq!(after, [StatusCode::TOO_MANY_REQUESTS; 4]);
+    assert_eq!(status().await, StatusCode::FORBIDDEN, "banned again");
+}

@@ -105,7 +105,8 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     /// The key this extractor gives the client that [`Key::from`] names as `key`, for lists
     /// of keys such as [`FailureMode::closed_allowing`](crate::rate_limit::FailureMode::closed_allowing): `key`
     /// itself by default. [`PeerIp`] and [`ClientIp`] key an IPv6 client by its network
-    /// prefix (a /64 by default), so an allowed IPv6 address names its network.
+    /// prefix (a /64 by default), so an allowed IPv6 address names its network; and they read
+    /// an address written as text (`Key::from("192.0.2.1")`) as that address.
     ///
     /// ```
     /// use ratewarden_tower::Key;
@@ -115,6 +116,7 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     /// let host: IpAddr = "2001:db8::9".parse().unwrap();
     /// let network: IpAddr = "2001:db8::".parse().unwrap();
     /// assert_eq!(KeyExtractor::<()>::key_for(&PeerIp::new(), Key::from(host)), Key::from(network));
+    /// assert_eq!(KeyExtractor::<()>::key_for(&PeerIp::new(), Key::from("2001:db8::9")), Key::from(network));
     /// ```
     fn key_for(&self, key: Key) -> Key {
         key

@@ -128,10 +128,15 @@ impl<B> KeyExtractor<B> for PeerIp {
     }
 }
 
-/// The key of the address `key` names, IPv6 masked to `prefix` bits; any other key as is.
+/// The key of the address `key` names (an address, or one written as text such as
+/// `"192.0.2.1"`), IPv6 masked to `prefix` bits; any other key as is.
 pub(crate) fn ip_key_for(key: Key, prefix: u8) -> Key {
     match key.repr() {
         KeyRepr::Ip(bytes) => ip_key(Ipv6Addr::from(*bytes).into(), prefix),
+        KeyRepr::Bytes(text) => match std::str::from_utf8(text).map(str::parse::<IpAddr>) {
+            Ok(Ok(ip)) => ip_key(ip, prefix),
+            _ => key,
+        },
         _ => key,
     }
 }

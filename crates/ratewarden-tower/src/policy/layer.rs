@@ -253,7 +253,9 @@ impl<St, B> PolicyLayer<St, B> {
 impl<St: Store, B> PolicyLayer<St, B> {
     /// Lifts the ban of `client`, as the extractor registered as `key` keys it (an IPv6
     /// address names its network, as [`KeyExtractor::key_for`] says), and forgets its
-    /// denials: on every gateway that shares the store, and in the layer's local fallback.
+    /// denials, on every gateway that shares the store. (The layer's local fallback never
+    /// bans.) A request of the client decided before the lift may still count its denial,
+    /// or set the ban, just after it.
     ///
     /// # Errors
     ///
@@ -288,12 +290,8 @@ impl<St: Store, B> PolicyLayer<St, B> {
             ));
         };
         let client = shared.keys.key_for(key, client.clone());
-        let states = [ban.ban(&client, scope), ban.denial(&client, scope)];
-        for (state, quota) in &states {
-            shared.store.reset(state, quota).await?;
-            if let Some(fallback) = shared.fallback.get() {
-                fallback.reset(state, quota).await?;
-            }
+        for (state, quota) in [ban.ban(&client, scope), ban.denial(&client, scope)] {
+            shared.store.reset(&state, &quota).await?;
         }
         Ok(())
     }

@@ -604,9 +604,9 @@ where
         {
             // (A store deciding at once decides these at once too.)
             let store = &self.shared.store;
-            for ((key, quota), (ban, banned)) in self.shared.denials(&result, &plan) {
-                if let Some(Ok(over)) = store.check_ready(&key, &quota, 1)
-                    && !over.is_allowed()
+            for (counted, (ban, banned)) in self.shared.denials(&result, &plan) {
+                if let Some(Ok(decisions)) = store.check_all_ready(&counted)
+                    && over(&decisions)
                 {
                     let _ = store.check_ready(&ban, &banned, 1);
                 }
@@ -629,9 +629,9 @@ where
                 }
             }
             let result = shared.store.check_all(&plan.limits).await;
-            for ((key, quota), (ban, banned)) in shared.denials(&result, &plan) {
-                if let Ok(over) = shared.store.check(&key, &quota, 1).await
-                    && !over.is_allowed()
+            for (counted, (ban, banned)) in shared.denials(&result, &plan) {
+                if let Ok(decisions) = shared.store.check_all(&counted).await
+                    && over(&decisions)
                 {
                     let _ = shared.store.check(&ban, &banned, 1).await;
                 }
@@ -645,13 +645,16 @@ where
 }
 
 impl<St, B> Shared<St, B> {
-    /// For a request its limits denied (not banned, not in shadow mode), the denial counter
-    /// of each key whose limit denied it, and the ban to set when the counter denies in turn.
+    /// For a request its limits denied (not banned, not in shadow mode), for each key whose
+    /// limit denied it: its denial counter, counted with a probe of its ban in one
+    /// `check_all` (so that a store decides both on what it holds, never on a denial it
+    /// cached before a ban was lifted: see [`over`]), and the ban to set when the counter
+    /// denies in turn.
     fn denials(
         &self,
         result: &Result<Decisions, ratewarden_core::StoreError>,
         plan: &Plan,
-    ) -> Vec<((Key, Quota), (Key, Quota))> {
+    ) -> Vec<([Limit; 2], (Key, Quota))> {
         let (Some((ban, _)), Ok(decisions)) = (&self.ban, result) else {
             return Vec::new();
         };
@@ -664,9 +667,19 @@ impl<St, B> Shared<St, B> {
             return Vec::new();
         }
         (Self::denied_keys(plan, decisions).iter())
-            .map(|(scope, key)| (ban.denial(key, *scope), ban.ban(key, *scope)))
+            .map(|(scope, key)| {
+                let (counter, within) = ban.denial(key, *scope);
+                let counted = [Limit::new(counter, within, 1), ban.probe(key, *scope)];
+                (counted, ban.ban(key, *scope))
+            })
             .collect()
     }
+}
+
+/// Whether a key's denials (`denials`) are over its ban's number: the counter denies while
+/// the key is not banned already.
+fn over(decisions: &Decisions) -> bool {
+    matches!(decisions.as_slice(), [counter, probe] if !counter.is_allowed() && probe.is_allowed())
 }
 
 /// What the layer does once the limits are decided.
