@@ -296,15 +296,7 @@ async fn a_tenant_its_plan_denies_too_often_is_banned() {
 #[tokio::test]
 async fn a_lifted_ban_lets_the_client_back_under_its_limits() {
     let (store, _clock) = manual_store();
-    let ban = Ban::new(3, Duration::from_secs(60), Duration::from_secs(600)).unwrap();
-    let layer = PolicyLayer::builder(store, per_ip("1/min"))
-        .key("ip", PeerIp::new())
-        .ban(&["ip"], ban)
-        .build()
-        .unwrap();
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer.clone());
+    let (app, layer) = app_with_ban(store, Duration::from_secs(600));
     for (peer, lift) in [
         ("192.0.2.1:1", "192.0.2.1"),
         ("[2001:db8::9]:1", "2001:db8::5"),
