@@ -136,6 +136,48 @@ fn app_with_ban<St: Store>(
     (app, layer)
 }
 
+/// What `app_with_ban` answers a client's first request, its next 4 (denied: the ban's 3 and
+/// one over) and the one after (banned).
+const UNTIL_BANNED: [StatusCode; 6] = [
+    StatusCode::OK,
+    StatusCode::TOO_MANY_REQUESTS,
+    StatusCode::TOO_MANY_REQUESTS,
+    StatusCode::TOO_MANY_REQUESTS,
+    StatusCode::TOO_MANY_REQUESTS,
+    StatusCode::FORBIDDEN,
+];
+
+/// The statuses of `n` requests that `status` sends one after another.
+async fn statuses<F: std::future::Future<Output = StatusCode>>(
+    n: usize,
+    mut status: impl FnMut() -> F,
+) -> Vec<StatusCode> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(status().await);
+    }
+    out
+}
+
+/// `app_with_ban` on a store of its own on `server`, under `prefix`, with the store's cache of
+/// denials or without.
+async fn redis_gateway(
+    server: &tests::redis_server::RedisServer,
+    prefix: &str,
+    deny_cache: bool,
+) -> (
+    Router,
+    PolicyLayer<ratewarden_redis::RedisStore, axum::body::Body>,
+) {
+    let mut config = ratewarden_redis::RedisConfig::new(server.url())
+        .prefix(prefix)
+        .timeout(Duration::from_secs(10));
+    if !deny_cache {
+        config = config.deny_cache(0);
+    }
+    app_with_ban(config.connect().await.unwrap(), Duration::from_secs(600))
+}
+
 /// An IP denied more than 3 times in a minute is refused (403) for the ban's duration, with a
 /// `Retry-After` of the time left; another IP is not; the ban ends when its time is up, and
 /// the IP's limit was not counted while it stood.
@@ -144,14 +186,8 @@ async fn a_key_denied_too_often_is_banned_for_the_duration() {
     let (store, clock) = manual_store();
     let (app, _) = app_with_ban(store, Duration::from_secs(600));
     let from = |peer: &str| get_from(peer, "/", &[]);
-    assert_eq!(
-        send(&app, from("192.0.2.1:1")).await.0.status(),
-        StatusCode::OK
-    );
-    for _ in 0..4 {
-        let (denied, _) = send(&app, from("192.0.2.1:1")).await;
-        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
-    }
+    let status = || async { send(&app, from("192.0.2.1:1")).await.0.status() };
+    assert_eq!(statuses(5, status).await, UNTIL_BANNED[..5]);
     let (banned, _) = send(&app, from("192.0.2.1:1")).await;
     assert_eq!(banned.status(), StatusCode::FORBIDDEN);
     let retry: u64 = header(&banned, "retry-after").parse().unwrap();
@@ -178,25 +214,11 @@ async fn a_key_denied_too_often_is_banned_for_the_duration() {
 #[tokio::test]
 async fn a_ban_written_by_one_gateway_binds_another_at_once() {
     let server = tests::redis_server::RedisServer::start();
-    let gateway = || async {
-        let store = ratewarden_redis::RedisConfig::new(server.url())
-            .prefix("bans")
-            .deny_cache(0)
-            .timeout(Duration::from_secs(10))
-            .connect()
-            .await
-            .unwrap();
-        app_with_ban(store, Duration::from_secs(600))
-    };
-    let ((a, lifts), (b, _)) = (gateway().await, gateway().await);
+    let (a, lifts) = redis_gateway(&server, "bans", false).await;
+    let (b, _) = redis_gateway(&server, "bans", false).await;
     let from = || get_from("192.0.2.7:1", "/", &[]);
-    assert_eq!(send(&a, from()).await.0.status(), StatusCode::OK);
-    for _ in 0..4 {
-        assert_eq!(
-            send(&a, from()).await.0.status(),
-            StatusCode::TOO_MANY_REQUESTS
-        );
-    }
+    let status = || async { send(&a, from()).await.0.status() };
+    assert_eq!(statuses(5, status).await, UNTIL_BANNED[..5]);
     assert_eq!(send(&b, from()).await.0.status(), StatusCode::FORBIDDEN);
     assert_eq!(send(&a, from()).await.0.status(), StatusCode::FORBIDDEN);
     let client: std::net::IpAddr = "192.0.2.7".parse().unwrap();
@@ -273,14 +295,8 @@ async fn a_tenant_its_plan_denies_too_often_is_banned() {
         .route("/", get(|| async { "ok" }))
         .layer(layer);
     let from = |peer: &str, who: &str| get_from(peer, "/", &tenant(who));
-    assert_eq!(
-        send(&app, from("192.0.2.1:1", "free")).await.0.status(),
-        StatusCode::OK
-    );
-    for _ in 0..4 {
-        let (denied, _) = send(&app, from("192.0.2.1:1", "free")).await;
-        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
-    }
+    let status = || async { send(&app, from("192.0.2.1:1", "free")).await.0.status() };
+    assert_eq!(statuses(5, status).await, UNTIL_BANNED[..5]);
     // From another address too: the tenant is banned, not the address.
     let (banned, _) = send(&app, from("192.0.2.2:1", "free")).await;
     assert_eq!(banned.status(), StatusCode::FORBIDDEN, "{banned:?}");
@@ -301,26 +317,13 @@ async fn a_lifted_ban_lets_the_client_back_under_its_limits() {
         ("192.0.2.1:1", "192.0.2.1"),
         ("[2001:db8::9]:1", "2001:db8::5"),
     ] {
-        let status = |app: &Router| {
-            let app = app.clone();
-            async move { send(&app, get_from(peer, "/", &[])).await.0.status() }
-        };
-        assert_eq!(status(&app).await, StatusCode::OK);
-        for _ in 0..4 {
-            assert_eq!(status(&app).await, StatusCode::TOO_MANY_REQUESTS);
-        }
-        assert_eq!(status(&app).await, StatusCode::FORBIDDEN, "{peer} banned");
+        let status = || async { send(&app, get_from(peer, "/", &[])).await.0.status() };
+        assert_eq!(statuses(6, status).await, UNTIL_BANNED, "{peer}");
         let client: std::net::IpAddr = lift.parse().unwrap();
         layer.lift_ban("ip", &Key::from(client)).await.unwrap();
         // Denied again by its limit, and banned only after 4 more denials.
-        for _ in 0..4 {
-            assert_eq!(status(&app).await, StatusCode::TOO_MANY_REQUESTS, "{peer}");
-        }
-        assert_eq!(
-            status(&app).await,
-            StatusCode::FORBIDDEN,
-            "{peer} banned again"
-        );
+        let again = statuses(5, status).await;
+        assert_eq!(again, UNTIL_BANNED[1..], "{peer} banned again");
     }
     assert!(layer.lift_ban("user", &Key::from("alice")).await.is_err());
 }
@@ -331,27 +334,10 @@ async fn a_lifted_ban_lets_the_client_back_under_its_limits() {
 #[tokio::test]
 async fn a_ban_lifted_on_one_gateway_stays_lifted_on_another_that_caches_denials() {
     let server = tests::redis_server::RedisServer::start();
-    let gateway = || async {
-        let store = ratewarden_redis::RedisConfig::new(server.url())
-            .prefix("lifted")
-            .timeout(Duration::from_secs(10))
-            .connect()
-            .await
-            .unwrap();
-        app_with_ban(store, Duration::from_secs(600))
-    };
-    let ((_, lifts), (b, _)) = (gateway().await, gateway().await);
+    let (_, lifts) = redis_gateway(&server, "lifted", true).await;
+    let (b, _) = redis_gateway(&server, "lifted", true).await;
     let status = || async { send(&b, get_from("192.0.2.8:1", "/", &[])).await.0.status() };
-    assert_eq!(status().await, StatusCode::OK);
-    for _ in 0..4 {
-        assert_eq!(status().await, StatusCode::TOO_MANY_REQUESTS);
-    }
-    assert_eq!(status().await, StatusCode::FORBIDDEN);
+    assert_eq!(statuses(6, status).await, UNTIL_BANNED);
     lifts.lift_ban("ip", &Key::from("192.0.2.8")).await.unwrap();
-    let mut after = Vec::new();
-    for _ in 0..4 {
-        after.push(status().await);
-    }
-    assert_eq!(after, [StatusCode::TOO_MANY_REQUESTS; 4]);
-    assert_eq!(status().await, StatusCode::FORBIDDEN, "banned again");
+    assert_eq!(statuses(5, status).await, UNTIL_BANNED[1..], "banned again");
 }
