@@ -60,7 +60,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use ratewarden_core::{
-    Clock, Decision, Decisions, Key, Limit, MonotonicClock, Quota, Store, StoreError,
+    Clock, Decision, Decisions, Key, Limit, MonotonicClock, Quota, Reservation, Store, StoreError,
     StoreErrorKind, Timestamp,
 };
 
@@ -602,6 +602,31 @@ impl<S: Store, C: Clock> Store for CircuitBreaker<S, C> {
         self.lock()
             .rejects(now, &self.inner.settings)
             .then(|| Err(StoreError::new(StoreErrorKind::CircuitOpen)))
+    }
+
+    async fn reserve(&self, limits: &[Limit], hold: Duration) -> Result<Reservation, StoreError> {
+        self.guarded(self.inner.store.reserve(limits, hold)).await
+    }
+
+    /// Through the breaker like any call: while it is open, a settle fails at once, and the
+    /// reservation's holds lapse after their hold time.
+    async fn settle(&self, reservation: Reservation, actual: u32) -> Result<(), StoreError> {
+        self.guarded(self.inner.store.settle(reservation, actual))
+            .await
+    }
+
+    /// The store's: a settle it makes without I/O (the memory store's) is never refused.
+    fn settle_ready(
+        &self,
+        reservation: Reservation,
+        actual: u32,
+    ) -> Result<Result<(), StoreError>, Reservation> {
+        self.inner.store.settle_ready(reservation, actual)
+    }
+
+    async fn refund(&self, key: &Key, quota: &Quota, units: u32) -> Result<(), StoreError> {
+        self.guarded(self.inner.store.refund(key, quota, units))
+            .await
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {

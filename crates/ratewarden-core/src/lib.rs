@@ -48,6 +48,7 @@ mod error;
 mod key;
 mod limits;
 mod quota;
+mod reservation;
 mod store;
 
 pub use algorithm::Algorithm;
@@ -59,4 +60,5 @@ pub use error::{StoreError, StoreErrorKind};
 pub use key::{Key, KeyRepr, MAX_KEY_LEN};
 pub use limits::{Decisions, Limit, MAX_LIMITS, merged};
 pub use quota::{ParseQuotaError, Quota, QuotaError};
+pub use reservation::Reservation;
 pub use store::Store;

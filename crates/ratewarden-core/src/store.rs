@@ -2,8 +2,11 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::{Decision, Decisions, Key, Limit, MAX_LIMITS, Quota, StoreError, StoreErrorKind};
+use crate::{
+    Decision, Decisions, Key, Limit, MAX_LIMITS, Quota, Reservation, StoreError, StoreErrorKind,
+};
 
 /// Where limiter state lives. Implemented by `ratewarden-memory` (in process) and
 /// `ratewarden-redis` (shared by a fleet).
@@ -145,6 +148,153 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Holds the cost of every counted limit (its estimate) for a request whose actual cost
+    /// is known only once it is served: admitted when each estimate fits together with what
+    /// the limit's other reservations hold, all-or-nothing like
+    /// [`check_all`](Self::check_all). Nothing is charged until
+    /// [`settle`](Self::settle); a reservation never settled lapses after `hold`, charging
+    /// nothing. [Probes](Limit::probe) are decided as by `check_all`.
+    ///
+    /// A reserved limit has a state of its own, apart from the state [`check`](Self::check)
+    /// counts for the same key and quota (as a state per quota is apart from another's): a
+    /// key's reserved and checked requests do not share one quota.
+    ///
+    /// For every algorithm: holds, debt and settles work on any state (see
+    /// [`Ledger`](crate::algorithm::Ledger)). The default answers
+    /// [`StoreErrorKind::Unsupported`].
+    ///
+    /// # Errors
+    ///
+    /// As for [`check_all`](Self::check_all).
+    ///
+    /// ```
+    /// # async fn demo(store: impl ratewarden_core::Store) -> Result<(), ratewarden_core::StoreError> {
+    /// use ratewarden_core::{Key, Limit, Quota, Store};
+    /// use std::time::Duration;
+    /// let tokens = Limit::new(Key::from("user-7"), Quota::per_minute(10_000).unwrap(), 500);
+    /// let reservation = store.reserve(&[tokens], Duration::from_secs(30)).await?;
+    /// if reservation.is_allowed() {
+    ///     // ... serve the request, which used 120 tokens
+    ///     store.settle(reservation, 120).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn reserve(
+        &self,
+        limits: &[Limit],
+        hold: Duration,
+    ) -> impl Future<Output = Result<Reservation, StoreError>> + Send {
+        let _ = (limits, hold);
+        async {
+            Err(StoreError::with_source(
+                StoreErrorKind::Unsupported,
+                "this store does not reserve",
+            ))
+        }
+    }
+
+    /// Ends `reservation`: drops its holds and charges `actual` units to each limit it held.
+    /// What a limit's state has no room for now is owed, and charged as room comes, before
+    /// the limit admits anything new (so one request's overdraft, `actual` above the
+    /// estimate, is the most a key can go over its quota by, per reservation outstanding at
+    /// once). A denied reservation holds nothing: settling it does nothing.
+    ///
+    /// # Errors
+    ///
+    /// As for [`check`](Self::check). The default answers [`StoreErrorKind::Unsupported`]
+    /// for a reservation that holds something.
+    ///
+    /// See [`reserve`](Self::reserve) for an example.
+    fn settle(
+        &self,
+        reservation: Reservation,
+        actual: u32,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = actual;
+        let holds = !reservation.held().is_empty();
+        async move {
+            if holds {
+                Err(StoreError::with_source(
+                    StoreErrorKind::Unsupported,
+                    "this store does not reserve",
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    /// [`settle`](Self::settle) at once, if this store can (as
+    /// [`check_ready`](Self::check_ready) is to `check`): `Ok` with the result when it
+    /// settled, `Err` giving the reservation back when the caller must await `settle`
+    /// (the default).
+    ///
+    /// ```
+    /// # use ratewarden_core::{Reservation, Store};
+    /// # fn demo(store: &impl Store, reservation: Reservation) {
+    /// if let Err(reservation) = store.settle_ready(reservation, 3) {
+    ///     // spawn `store.settle(reservation, 3)`
+    /// }
+    /// # }
+    /// ```
+    fn settle_ready(
+        &self,
+        reservation: Reservation,
+        actual: u32,
+    ) -> Result<Result<(), StoreError>, Reservation> {
+        let _ = actual;
+        Err(reservation)
+    }
+
+    /// Ends `reservation` charging nothing: [`settle`](Self::settle) with 0.
+    ///
+    /// # Errors
+    ///
+    /// As for [`settle`](Self::settle).
+    ///
+    /// ```
+    /// # async fn demo(store: impl ratewarden_core::Store, reservation: ratewarden_core::Reservation) -> Result<(), ratewarden_core::StoreError> {
+    /// use ratewarden_core::Store;
+    /// store.release(reservation).await?; // the request failed before it used anything
+    /// # Ok(()) }
+    /// ```
+    fn release(
+        &self,
+        reservation: Reservation,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.settle(reservation, 0)
+    }
+
+    /// Gives back `units` of `key`'s reserved state under `quota` (a charge found to be
+    /// owed by no one: a duplicate job, a cancelled export): debt first, then the state,
+    /// never beyond a fresh one. See [`Ledger::refund`](crate::algorithm::Ledger::refund)
+    /// for each algorithm.
+    ///
+    /// # Errors
+    ///
+    /// As for [`check`](Self::check); the default answers [`StoreErrorKind::Unsupported`].
+    ///
+    /// ```
+    /// # async fn demo(store: impl ratewarden_core::Store) -> Result<(), ratewarden_core::StoreError> {
+    /// use ratewarden_core::{Key, Quota, Store};
+    /// store.refund(&Key::from("user-7"), &Quota::per_minute(100).unwrap(), 40).await?;
+    /// # Ok(()) }
+    /// ```
+    fn refund(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        units: u32,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (key, quota, units);
+        async {
+            Err(StoreError::with_source(
+                StoreErrorKind::Unsupported,
+                "this store does not reserve",
+            ))
+        }
+    }
+
     /// Whether a request of cost 1 would be admitted now, without counting it (and without
     /// creating state for an unknown key).
     ///
@@ -197,6 +347,46 @@ impl<S: Store> Store for Arc<S> {
 
     fn check_all_ready(&self, limits: &[Limit]) -> Option<Result<Decisions, StoreError>> {
         (**self).check_all_ready(limits)
+    }
+
+    fn reserve(
+        &self,
+        limits: &[Limit],
+        hold: Duration,
+    ) -> impl Future<Output = Result<Reservation, StoreError>> + Send {
+        (**self).reserve(limits, hold)
+    }
+
+    fn settle(
+        &self,
+        reservation: Reservation,
+        actual: u32,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).settle(reservation, actual)
+    }
+
+    fn settle_ready(
+        &self,
+        reservation: Reservation,
+        actual: u32,
+    ) -> Result<Result<(), StoreError>, Reservation> {
+        (**self).settle_ready(reservation, actual)
+    }
+
+    fn release(
+        &self,
+        reservation: Reservation,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).release(reservation)
+    }
+
+    fn refund(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        units: u32,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).refund(key, quota, units)
     }
 
     fn peek(

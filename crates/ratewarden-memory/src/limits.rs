@@ -7,12 +7,12 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use foldhash::fast::RandomState;
 use ratewarden_core::algorithm::{
-    FixedWindowState, SlidingLogState, SlidingWindowState, TokenBucketState,
+    FixedWindowState, GcraState, SlidingLogState, SlidingWindowState, TokenBucketState,
 };
 use ratewarden_core::{Algorithm, Key, Quota};
 
 use crate::keys::{AnyKey, StoredBytes, StoredKey};
-use crate::slot::{Locked, Slot};
+use crate::slot::{LedgerSlot, Locked, Slot};
 use crate::table::{Budget, Sweep, Table};
 
 /// Slots in the directory of limits. A store that meets more distinct limits (scope and
@@ -26,6 +26,8 @@ const PROBES: usize = 16;
 pub(crate) struct Limits {
     slots: Box<[OnceLock<Limit>]>,
     pub(crate) overflow: Overflow,
+    /// The reserved limits' ledgers, with the limit in every key.
+    pub(crate) reserved: Reserved,
     /// Every table made, for the global sweep.
     tables: RwLock<Vec<Arc<dyn Sweep>>>,
     next_table: AtomicUsize,
@@ -101,6 +103,16 @@ pub(crate) struct Overflow {
     pub(crate) sliding_log: OverflowTable<Locked<SlidingLogState>>,
 }
 
+/// The reserved limits' ledger tables, one per algorithm, made on first use.
+#[derive(Default)]
+pub(crate) struct Reserved {
+    pub(crate) gcra: OverflowTable<LedgerSlot<GcraState>>,
+    pub(crate) token_bucket: OverflowTable<LedgerSlot<TokenBucketState>>,
+    pub(crate) fixed_window: OverflowTable<LedgerSlot<FixedWindowState>>,
+    pub(crate) sliding_window: OverflowTable<LedgerSlot<SlidingWindowState>>,
+    pub(crate) sliding_log: OverflowTable<LedgerSlot<SlidingLogState>>,
+}
+
 impl Limits {
     /// What a store costs before its first key, at least: the budget must be larger.
     pub(crate) const MIN_BYTES: usize = 256 << 10;
@@ -112,6 +124,7 @@ impl Limits {
         let limits = Self {
             slots: (0..DIRECTORY).map(|_| OnceLock::new()).collect(),
             overflow: Overflow::default(),
+            reserved: Reserved::default(),
             tables: RwLock::new(Vec::new()),
             next_table: AtomicUsize::new(0),
             shards,

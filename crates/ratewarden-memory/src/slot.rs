@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use ratewarden_core::algorithm::{AlgorithmState, GcraState, SlidingLogState};
+use ratewarden_core::algorithm::{AlgorithmState, GcraState, Ledger, SlidingLogState};
 use ratewarden_core::{Decision, Quota, Timestamp};
 
 /// The state of one key under one quota, as a table stores it.
@@ -151,6 +151,72 @@ impl Slot for Locked<SlidingLogState> {
 
     fn heap_bytes(&self) -> usize {
         self.lock().0.entries.capacity() * size_of::<u64>()
+    }
+}
+
+/// A reserved limit's [`Ledger`] and its `fresh_at`, behind a mutex.
+#[derive(Debug, Default)]
+pub(crate) struct LedgerSlot<S>(Mutex<(Ledger<S>, u64)>);
+
+impl<S: AlgorithmState> LedgerSlot<S> {
+    /// Runs `f` on the ledger, then records when it becomes fresh.
+    pub(crate) fn update<R>(&self, quota: &Quota, f: impl FnOnce(&mut Ledger<S>) -> R) -> R {
+        let mut guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = f(&mut guard.0);
+        guard.1 = guard.0.fresh_at(quota);
+        result
+    }
+
+    /// Runs `f` on the ledger as it is.
+    pub(crate) fn inspect<R>(&self, f: impl FnOnce(&Ledger<S>) -> R) -> R {
+        f(&self.0.lock().unwrap_or_else(PoisonError::into_inner).0)
+    }
+
+    fn fresh(&self) -> u64 {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).1
+    }
+}
+
+/// The ledgers of the fixed-size states.
+macro_rules! fixed_size_ledger {
+    ($($state:ty),*) => {$(
+        impl Slot for LedgerSlot<$state> {
+            fn new(_quota: &Quota) -> Self {
+                Self::default()
+            }
+
+            fn fresh_at(&self) -> u64 {
+                self.fresh()
+            }
+        }
+    )*};
+}
+
+fixed_size_ledger!(
+    GcraState,
+    ratewarden_core::algorithm::TokenBucketState,
+    ratewarden_core::algorithm::FixedWindowState,
+    ratewarden_core::algorithm::SlidingWindowState
+);
+
+/// A sliding log's ledger: room for `count` entries made at once, as for a checked log.
+impl Slot for LedgerSlot<SlidingLogState> {
+    fn new(quota: &Quota) -> Self {
+        let entries = VecDeque::with_capacity(quota.count() as usize);
+        let ledger = Ledger {
+            state: SlidingLogState { entries },
+            ..Ledger::default()
+        };
+        Self(Mutex::new((ledger, 0)))
+    }
+
+    fn fresh_at(&self) -> u64 {
+        self.fresh()
+    }
+
+    fn heap_bytes(&self) -> usize {
+        let guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.0.state.entries.capacity() * size_of::<u64>()
     }
 }
 

@@ -16,13 +16,15 @@ use ratewarden_core::algorithm::{
 };
 use ratewarden_core::{
     Algorithm, Clock, Decision, Decisions, Info, Key, KeyRepr, Limit, MAX_LIMITS, MonotonicClock,
-    Quota, Store, StoreError, StoreErrorKind, Timestamp, merged,
+    Quota, Reservation, Store, StoreError, StoreErrorKind, Timestamp, merged,
 };
 
 use crate::keys::{AnyKey, StoredBytes, StoredKey};
 use crate::limits::{KindTables, LimitTables, Limits, OverflowTable, Placed};
 use crate::slot::{Locked, Slot, gcra_check};
 use crate::table::Table;
+
+mod reserve;
 
 /// How many entries a new key may have evicted from other shards than its own, when its own
 /// has nothing left.
@@ -735,6 +737,30 @@ impl<C: Clock> Store for MemoryStore<C> {
     /// Always decides at once.
     fn check_all_ready(&self, limits: &[Limit]) -> Option<Result<Decisions, StoreError>> {
         Some(self.check_all_sync(limits))
+    }
+
+    async fn reserve(&self, limits: &[Limit], hold: Duration) -> Result<Reservation, StoreError> {
+        self.reserve_sync(limits, hold)
+    }
+
+    async fn settle(&self, reservation: Reservation, actual: u32) -> Result<(), StoreError> {
+        self.settle_sync(reservation, actual);
+        Ok(())
+    }
+
+    /// Always settles at once.
+    fn settle_ready(
+        &self,
+        reservation: Reservation,
+        actual: u32,
+    ) -> Result<Result<(), StoreError>, Reservation> {
+        self.settle_sync(reservation, actual);
+        Ok(Ok(()))
+    }
+
+    async fn refund(&self, key: &Key, quota: &Quota, units: u32) -> Result<(), StoreError> {
+        self.refund_sync(key, quota, units);
+        Ok(())
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {

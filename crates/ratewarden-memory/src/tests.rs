@@ -479,3 +479,172 @@ fn a_bound_below_the_least_a_store_can_hold_is_refused_not_raised() {
     );
     assert!(built(crate::MIN_MEMORY).unwrap().memory() <= crate::MIN_MEMORY);
 }
+
+mod reservations {
+    use super::*;
+    use ratewarden_core::Limit;
+
+    #[test]
+    fn racing_reservations_never_hold_more_than_the_burst() {
+        // Frozen clock: nothing refills, so units settled plus units held never pass the
+        // burst, whatever the interleaving.
+        let (store, _clock) = frozen_store(8 << 20);
+        let quota = Quota::per_hour(1_000).unwrap();
+        let key = Key::from("tenant");
+        let settled = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (store, key, settled) = (store.clone(), key.clone(), Arc::clone(&settled));
+                std::thread::spawn(move || {
+                    for i in 0..5_000_u32 {
+                        let estimate = 1 + (i * 7 + t) % 5;
+                        let limit = Limit::new(key.clone(), quota, estimate);
+                        let r = store
+                            .reserve_sync(&[limit], Duration::from_secs(60))
+                            .unwrap();
+                        if r.is_allowed() {
+                            let actual = (i + t) % (estimate + 1);
+                            settled.fetch_add(u64::from(actual), Ordering::Relaxed);
+                            store.settle_sync(r, actual);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let settled = settled.load(Ordering::Relaxed);
+        assert_eq!(store.held(&key, &quota), 0);
+        // Settles below the estimate gave back the rest: the quota was used to the unit.
+        assert_eq!(settled, 1_000, "settled {settled} of a burst of 1,000");
+    }
+
+    #[test]
+    fn a_denied_reservation_holds_nothing_on_any_limit() {
+        let (store, _clock) = frozen_store(8 << 20);
+        let (big, small) = (Quota::per_hour(100).unwrap(), Quota::per_hour(3).unwrap());
+        let key = Key::from("u");
+        let limits = [
+            Limit::new(key.clone(), big, 2),
+            Limit::new(key.clone(), small, 2),
+        ];
+        let first = store
+            .reserve_sync(&limits, Duration::from_secs(60))
+            .unwrap();
+        assert!(first.is_allowed());
+        let second = store
+            .reserve_sync(&limits, Duration::from_secs(60))
+            .unwrap();
+        assert!(!second.is_allowed());
+        assert_eq!(second.decisions().binding().map(|(i, _)| i), Some(1));
+        assert!(second.held().is_empty());
+        assert_eq!(
+            store.held(&key, &big),
+            2,
+            "the admitting limit's hold was released"
+        );
+        store.settle_sync(first, 1);
+        assert_eq!((store.held(&key, &big), store.held(&key, &small)), (0, 0));
+    }
+
+    #[test]
+    fn holds_never_settled_lapse_after_the_hold_time() {
+        let (store, clock) = frozen_store(8 << 20);
+        let quota = Quota::per_hour(10).unwrap();
+        let key = Key::from("crashed");
+        for _ in 0..10 {
+            let limit = Limit::new(key.clone(), quota, 1);
+            let r = store
+                .reserve_sync(&[limit], Duration::from_secs(5))
+                .unwrap();
+            assert!(r.is_allowed());
+            std::mem::forget(r); // never settled, never released
+        }
+        assert_eq!(store.held(&key, &quota), 10);
+        clock.advance(Duration::from_millis(4_999));
+        assert_eq!(store.held(&key, &quota), 10);
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(store.held(&key, &quota), 0);
+        let all = Limit::new(key, quota, 10);
+        assert!(
+            store
+                .reserve_sync(&[all], Duration::from_secs(5))
+                .unwrap()
+                .is_allowed()
+        );
+    }
+
+    #[test]
+    fn reserved_and_checked_requests_of_a_key_have_states_of_their_own() {
+        let (store, _clock) = frozen_store(8 << 20);
+        let quota = Quota::per_hour(2).unwrap();
+        let key = Key::from("k");
+        assert!(store.check_sync(&key, &quota, 2).is_allowed());
+        let limit = Limit::new(key.clone(), quota, 2);
+        let r = store
+            .reserve_sync(&[limit], Duration::from_secs(1))
+            .unwrap();
+        assert!(r.is_allowed());
+        store.settle_sync(r, 2);
+        assert!(!store.check_sync(&key, &quota, 1).is_allowed());
+    }
+
+    #[test]
+    fn a_flood_of_reserved_keys_stays_within_the_bound() {
+        let (store, _clock) = frozen_store(1 << 20);
+        let quota = Quota::per_minute(10).unwrap();
+        for i in 0..100_000_u64 {
+            let limit = Limit::new(Key::from(i), quota, 1);
+            let r = store
+                .reserve_sync(&[limit], Duration::from_secs(60))
+                .unwrap();
+            store.settle_sync(r, 1);
+            assert!(store.memory() <= 1 << 20, "{} bytes", store.memory());
+        }
+        assert!(store.evictions() > 0);
+    }
+
+    #[test]
+    fn every_algorithm_reserves_settles_and_refunds() {
+        for algorithm in Algorithm::ALL {
+            let (store, clock) = frozen_store(8 << 20);
+            let quota: Quota = format!("10/h {algorithm}").parse().unwrap();
+            let key = Key::from("k");
+            let limit = Limit::new(key.clone(), quota, 6);
+            let a = store
+                .reserve_sync(std::slice::from_ref(&limit), Duration::from_secs(9))
+                .unwrap();
+            assert!(a.is_allowed(), "{algorithm}");
+            assert!(
+                !store
+                    .reserve_sync(std::slice::from_ref(&limit), Duration::from_secs(9))
+                    .unwrap()
+                    .is_allowed()
+            );
+            store.settle_sync(a, 2);
+            let b = store
+                .reserve_sync(std::slice::from_ref(&limit), Duration::from_secs(9))
+                .unwrap();
+            assert!(b.is_allowed(), "{algorithm}: 2 settled + 6 held");
+            store.settle_sync(b, 8); // 10 charged in all
+            assert!(
+                !store
+                    .reserve_sync(&[Limit::new(key.clone(), quota, 1)], Duration::from_secs(9))
+                    .unwrap()
+                    .is_allowed()
+            );
+            clock.advance(Duration::from_millis(1));
+            store.refund_sync(&key, &quota, 1);
+            let refunded = store
+                .reserve_sync(&[Limit::new(key.clone(), quota, 1)], Duration::from_secs(9))
+                .unwrap();
+            // The sliding log gives back debt only (it had none), its entries being older.
+            assert_eq!(
+                refunded.is_allowed(),
+                algorithm != Algorithm::SlidingLog,
+                "{algorithm}"
+            );
+        }
+    }
+}

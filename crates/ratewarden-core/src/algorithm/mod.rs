@@ -28,12 +28,14 @@
 
 mod fixed_window;
 mod gcra;
+mod ledger;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
 pub use fixed_window::FixedWindowState;
 pub use gcra::GcraState;
+pub use ledger::{Hold, Ledger};
 pub use sliding_log::SlidingLogState;
 pub use sliding_window::SlidingWindowState;
 pub use token_bucket::TokenBucketState;
