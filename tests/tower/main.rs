@@ -11,5 +11,6 @@ mod headers;
 mod jwt;
 mod policy;
 mod policy_plans;
+mod settle;
 mod support;
 mod tenant;

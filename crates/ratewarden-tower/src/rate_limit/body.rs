@@ -1,4 +1,5 @@
-//! [`ResponseBody`]: the inner service's body, or a rejection's bytes.
+//! [`ResponseBody`]: the inner service's body, or a rejection's bytes; a held request's body
+//! settles its reservation when it ends or is dropped.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -7,9 +8,13 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::settle::Settling;
+
 pin_project! {
     /// The body of a [`RateLimit`](super::RateLimit) response: the inner service's body when
-    /// the request was let through, or the bytes of a rejection.
+    /// the request was let through, or the bytes of a rejection. A request held for
+    /// [settlement](super::Settlement) by its frames is settled when its body ends, or when
+    /// the body is dropped (with the units counted so far).
     ///
     /// ```
     /// use http_body::Body;
@@ -21,6 +26,7 @@ pin_project! {
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
+        settling: Option<Settling>,
     }
 }
 
@@ -43,7 +49,14 @@ impl<B> ResponseBody<B> {
     pub const fn inner(body: B) -> Self {
         Self {
             kind: Kind::Inner { body },
+            settling: None,
         }
+    }
+
+    /// This body, settling `settling` as its frames go.
+    pub(crate) fn settling(mut self, settling: Option<Settling>) -> Self {
+        self.settling = settling;
+        self
     }
 
     /// A body of `data` (empty when `data` is).
@@ -58,6 +71,7 @@ impl<B> ResponseBody<B> {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
+            settling: None,
         }
     }
 }
@@ -85,10 +99,19 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project().kind.project() {
+        let this = self.project();
+        let polled = match this.kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        };
+        if let Some(settling) = this.settling {
+            match &polled {
+                Poll::Ready(Some(Ok(frame))) => settling.frame(frame),
+                Poll::Ready(None) => settling.finish(),
+                _ => {}
+            }
         }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -3,13 +3,16 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use ratewarden_core::Quota;
 use tower_layer::Layer;
 
 use super::rejection::DefaultRejection;
 use super::service::{Config, RateLimit, Shared};
-use super::{FailureMode, HeaderStyle, MissingKey, UnitCost};
+use super::{
+    AtOnce, CountIf, FailureMode, HeaderStyle, MissingKey, SettleByFrames, SettleWith, UnitCost,
+};
 
 /// Applies a rate limit to every request of the services it wraps; see the
 /// [module docs](super) for an example and the headers.
@@ -66,12 +69,13 @@ use super::{FailureMode, HeaderStyle, MissingKey, UnitCost};
 /// `default` and count in the same buckets.
 #[derive(Clone)]
 #[must_use]
-pub struct RateLimitLayer<K, St, P = Quota, C = UnitCost, R = DefaultRejection> {
+pub struct RateLimitLayer<K, St, P = Quota, C = UnitCost, R = DefaultRejection, M = AtOnce> {
     key: K,
     store: Arc<St>,
     policy: P,
     cost: C,
     reject: R,
+    settle: M,
     config: Config,
     skipped: Arc<AtomicU64>,
 }
@@ -87,6 +91,7 @@ impl<K, St> RateLimitLayer<K, St> {
             policy: quota,
             cost: UnitCost,
             reject: DefaultRejection,
+            settle: AtOnce,
             config: Config::default(),
             skipped: Arc::default(),
         }
@@ -107,18 +112,19 @@ impl RateLimitLayer<crate::key::PeerIp, ratewarden_memory::MemoryStore> {
     }
 }
 
-impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
+impl<K, St, P, C, R, M> RateLimitLayer<K, St, P, C, R, M> {
     /// Chooses the quota per request (route, method, plan): a closure
     /// `Fn(&Request<B>) -> Option<Quota>`, `None` exempting the request.
     ///
     /// See the example on [`RateLimitLayer`].
-    pub fn quota_by<P2>(self, policy: P2) -> RateLimitLayer<K, St, P2, C, R> {
+    pub fn quota_by<P2>(self, policy: P2) -> RateLimitLayer<K, St, P2, C, R, M> {
         RateLimitLayer {
             key: self.key,
             store: self.store,
             policy,
             cost: self.cost,
             reject: self.reject,
+            settle: self.settle,
             config: self.config,
             skipped: self.skipped,
         }
@@ -127,13 +133,14 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     /// Sets each request's cost: a closure `Fn(&Request<B>) -> u32` (default 1).
     ///
     /// See the example on [`RateLimitLayer`].
-    pub fn cost_by<C2>(self, cost: C2) -> RateLimitLayer<K, St, P, C2, R> {
+    pub fn cost_by<C2>(self, cost: C2) -> RateLimitLayer<K, St, P, C2, R, M> {
         RateLimitLayer {
             key: self.key,
             store: self.store,
             policy: self.policy,
             cost,
             reject: self.reject,
+            settle: self.settle,
             config: self.config,
             skipped: self.skipped,
         }
@@ -142,16 +149,87 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     /// Answers denials with `reject` instead of the default `problem+json` 429.
     ///
     /// See the example on [`RateLimitLayer`].
-    pub fn reject_with<R2>(self, reject: R2) -> RateLimitLayer<K, St, P, C, R2> {
+    pub fn reject_with<R2>(self, reject: R2) -> RateLimitLayer<K, St, P, C, R2, M> {
         RateLimitLayer {
             key: self.key,
             store: self.store,
             policy: self.policy,
             cost: self.cost,
             reject,
+            settle: self.settle,
             config: self.config,
             skipped: self.skipped,
         }
+    }
+
+    /// Counts a request's cost only when `count(&response)` is `true` (failed logins only):
+    /// the cost is held while the request runs, so concurrent attempts never pass the quota,
+    /// and settled from the response's head. A request never counted is still refused once
+    /// the quota is spent: `3/min` of failures, and the attempt after the third failure is
+    /// refused, whatever it would have answered. See [`Settlement`](super::Settlement).
+    ///
+    /// ```
+    /// use http::{Response, StatusCode};
+    /// use ratewarden_tower::{key::PeerIp, MemoryStore, Quota, RateLimitLayer};
+    /// let failed_logins = RateLimitLayer::new(MemoryStore::new(), Quota::per_minute(3)?, PeerIp::new())
+    ///     .name("login-failures")
+    ///     .count_if(|response: &Response<axum::body::Body>| response.status() == StatusCode::UNAUTHORIZED);
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn count_if<F>(self, count: F) -> RateLimitLayer<K, St, P, C, R, CountIf<F>> {
+        self.settle_by(CountIf(count))
+    }
+
+    /// Charges the units `actual(&response)` reports, read from the response's head; the
+    /// request's [cost](Self::cost_by) is its estimate, held while it runs. See
+    /// [`Settlement`](super::Settlement) for what a settle above the estimate does.
+    ///
+    /// See [`SettleWith`](super::SettleWith) for an example.
+    pub fn settle_with<F>(self, actual: F) -> RateLimitLayer<K, St, P, C, R, SettleWith<F>> {
+        self.settle_by(SettleWith(actual))
+    }
+
+    /// Charges the units counted over the response's body: `per_frame` for each frame (data
+    /// or trailers), summed, settled when the body ends or is dropped (with what it counted).
+    /// The request's [cost](Self::cost_by) is its estimate, held while it runs.
+    ///
+    /// See [`SettleByFrames`](super::SettleByFrames) for an example.
+    pub fn settle_by_frames<F>(
+        self,
+        per_frame: F,
+    ) -> RateLimitLayer<K, St, P, C, R, SettleByFrames<F>> {
+        self.settle_by(SettleByFrames(Arc::new(per_frame)))
+    }
+
+    fn settle_by<M2>(self, settle: M2) -> RateLimitLayer<K, St, P, C, R, M2> {
+        RateLimitLayer {
+            key: self.key,
+            store: self.store,
+            policy: self.policy,
+            cost: self.cost,
+            reject: self.reject,
+            settle,
+            config: self.config,
+            skipped: self.skipped,
+        }
+    }
+
+    /// How long a held request's units stay held if it is never settled (default 60 s): a
+    /// gateway that crashed, a task that never ran. Longer than any response you serve: a
+    /// request settled after its hold lapsed is charged all the same, but while it ran
+    /// others were admitted beside it.
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+    /// use std::time::Duration;
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), Quota::per_minute(100)?, Global)
+    ///     .settle_with(|_: &http::Response<String>| 1)
+    ///     .hold(Duration::from_secs(300));
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn hold(mut self, hold: Duration) -> Self {
+        self.config.hold = hold;
+        self
     }
 
     /// Names the limit in the `RateLimit-Policy` and `RateLimit` fields, metrics and logs
@@ -322,14 +400,15 @@ impl<K, St, P, C, R> RateLimitLayer<K, St, P, C, R> {
     }
 }
 
-impl<S, K, St, P, C, R> Layer<S> for RateLimitLayer<K, St, P, C, R>
+impl<S, K, St, P, C, R, M> Layer<S> for RateLimitLayer<K, St, P, C, R, M>
 where
     K: Clone,
     P: Clone,
     C: Clone,
     R: Clone,
+    M: Clone,
 {
-    type Service = RateLimit<S, K, St, P, C, R>;
+    type Service = RateLimit<S, K, St, P, C, R, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit::new(
@@ -340,6 +419,7 @@ where
                 policy: self.policy.clone(),
                 cost: self.cost.clone(),
                 reject: self.reject.clone(),
+                settle: self.settle.clone(),
                 config: self.config.clone(),
                 first_policy: OnceLock::new(),
                 missing_key_answer: OnceLock::new(),
@@ -351,7 +431,7 @@ where
     }
 }
 
-impl<K: fmt::Debug, St, P: fmt::Debug, C, R> fmt::Debug for RateLimitLayer<K, St, P, C, R> {
+impl<K: fmt::Debug, St, P: fmt::Debug, C, R, M> fmt::Debug for RateLimitLayer<K, St, P, C, R, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("key", &self.key)

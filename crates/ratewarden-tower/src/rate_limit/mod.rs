@@ -64,6 +64,7 @@ mod policy;
 mod problem;
 mod rejection;
 mod service;
+mod settle;
 
 pub use body::ResponseBody;
 pub use cost::{Cost, UnitCost};
@@ -75,3 +76,4 @@ pub use policy::QuotaPolicy;
 pub use rejection::{DefaultRejection, DenialReason, Denied, Rejection};
 pub use service::RateLimit;
 pub(crate) use service::is_grpc;
+pub use settle::{AtOnce, CountIf, SettleByFrames, SettleWith, Settlement};

@@ -5,10 +5,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use ratewarden_core::{Decision, Key, Quota, Store, StoreError};
+use ratewarden_core::{Decision, Key, Limit, Quota, Reservation, Store, StoreError};
 use tower_service::Service;
 
 use super::body::ResponseBody;
@@ -18,7 +19,8 @@ use super::headers::PolicyHeaders;
 use super::observe::{self, Event};
 use super::problem;
 use super::rejection::{self, DenialReason, Denied};
-use super::{Cost, FailureMode, HeaderStyle, MissingKey, QuotaPolicy, Rejection};
+use super::settle::Settling;
+use super::{Cost, FailureMode, HeaderStyle, MissingKey, QuotaPolicy, Rejection, Settlement};
 use crate::key::KeyExtractor;
 
 /// The layer's settings that are not type parameters.
@@ -33,6 +35,8 @@ pub(crate) struct Config {
     pub(crate) failure: FailureMode,
     pub(crate) shadow: bool,
     pub(crate) exempt_preflight: bool,
+    /// How long a held request's units stay held unsettled.
+    pub(crate) hold: Duration,
 }
 
 impl Default for Config {
@@ -46,17 +50,19 @@ impl Default for Config {
             failure: FailureMode::default(),
             shadow: false,
             exempt_preflight: false,
+            hold: Duration::from_secs(60),
         }
     }
 }
 
 /// Everything the services made by one `layer` call share.
-pub(crate) struct Shared<K, St, P, C, R> {
+pub(crate) struct Shared<K, St, P, C, R, M> {
     pub(crate) key: K,
     pub(crate) store: Arc<St>,
     pub(crate) policy: P,
     pub(crate) cost: C,
     pub(crate) reject: R,
+    pub(crate) settle: M,
     pub(crate) config: Config,
     /// The headers of the first quota this limit applied, formatted once: a fixed quota's,
     /// or the commonest of a policy's (others are formatted per request).
@@ -81,7 +87,7 @@ pub(crate) enum Outcome {
     Reject(Response<Bytes>),
 }
 
-impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
+impl<K, St, P, C, R: Rejection, M> Shared<K, St, P, C, R, M> {
     fn policy_headers(&self, quota: Quota) -> Arc<PolicyHeaders> {
         let format = || Arc::new(PolicyHeaders::new(&self.config.name, quota));
         let first = self.first_policy.get_or_init(format);
@@ -257,7 +263,7 @@ impl<K, St, P, C, R: Rejection> Shared<K, St, P, C, R> {
     }
 }
 
-impl<K, St, P, C, R> Shared<K, St, P, C, R> {
+impl<K, St, P, C, R, M> Shared<K, St, P, C, R, M> {
     /// Counts a request `MissingKey::Skip` lets through uncounted, whatever the features: a
     /// server that gives no peer address skips every request, a deployment mistake that
     /// default features would otherwise never show. With `tracing`, the first is logged at
@@ -307,13 +313,13 @@ fn is_preflight<B>(req: &Request<B>) -> bool {
 
 /// The rate-limiting service made by [`RateLimitLayer`](super::RateLimitLayer); see the
 /// [module docs](super).
-pub struct RateLimit<S, K, St, P, C, R> {
+pub struct RateLimit<S, K, St, P, C, R, M = super::AtOnce> {
     inner: S,
-    shared: Arc<Shared<K, St, P, C, R>>,
+    shared: Arc<Shared<K, St, P, C, R, M>>,
 }
 
-impl<S, K, St, P, C, R> RateLimit<S, K, St, P, C, R> {
-    pub(crate) const fn new(inner: S, shared: Arc<Shared<K, St, P, C, R>>) -> Self {
+impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
+    pub(crate) const fn new(inner: S, shared: Arc<Shared<K, St, P, C, R, M>>) -> Self {
         Self { inner, shared }
     }
 
@@ -333,7 +339,68 @@ impl<S, K, St, P, C, R> RateLimit<S, K, St, P, C, R> {
     }
 }
 
-impl<S: Clone, K, St, P, C, R> Clone for RateLimit<S, K, St, P, C, R> {
+impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
+    /// A request whose units are held when admitted and settled from its response.
+    fn held<B, ResBody>(
+        &mut self,
+        req: Request<B>,
+        key: Key,
+        quota: Quota,
+        cost: u32,
+    ) -> ResponseFuture<S::Future, ResBody, S::Error>
+    where
+        S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
+        B: Send + 'static,
+        ResBody: Send + 'static,
+        K: KeyExtractor<B>,
+        St: Store,
+        P: QuotaPolicy<B>,
+        C: Cost<B>,
+        R: Rejection,
+        M: Settlement<ResBody>,
+    {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        ResponseFuture::boxed(Box::pin(async move {
+            let limit = Limit::new(key.clone(), quota, cost);
+            let hold = shared.config.hold;
+            let (result, reservation) = match shared.store.reserve(&[limit], hold).await {
+                Ok(reservation) => {
+                    let decision = reservation.decisions().as_slice().first().copied();
+                    let decision = decision.ok_or_else(|| {
+                        StoreError::with_source(
+                            ratewarden_core::StoreErrorKind::Other,
+                            "a reservation of one limit without its decision",
+                        )
+                    });
+                    (decision, Some(reservation))
+                }
+                Err(error) => (Err(error), None),
+            };
+            let owed = Owed::default();
+            match shared.outcome(result, &key, quota, (cost, owed), &req) {
+                Outcome::Allow(headers) => {
+                    // Settles 0 if the inner service fails or this future is dropped.
+                    let settling = reservation
+                        .filter(Reservation::is_allowed)
+                        .map(|r| Settling::new(Arc::clone(&shared.store), r));
+                    let response = inner.call(req).await?;
+                    let settling =
+                        settling.and_then(|s| s.metered(shared.settle.meter(&response, cost)));
+                    let response =
+                        super::future::finish(response, Headers::one(headers, shared.config.style));
+                    Ok(response.map(|body| body.settling(settling)))
+                }
+                Outcome::Reject(response) => Ok(response.map(ResponseBody::full)),
+            }
+        }))
+    }
+}
+
+impl<S: Clone, K, St, P, C, R, M> Clone for RateLimit<S, K, St, P, C, R, M> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -342,7 +409,7 @@ impl<S: Clone, K, St, P, C, R> Clone for RateLimit<S, K, St, P, C, R> {
     }
 }
 
-impl<S: fmt::Debug, K, St, P, C, R> fmt::Debug for RateLimit<S, K, St, P, C, R> {
+impl<S: fmt::Debug, K, St, P, C, R, M> fmt::Debug for RateLimit<S, K, St, P, C, R, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -351,7 +418,7 @@ impl<S: fmt::Debug, K, St, P, C, R> fmt::Debug for RateLimit<S, K, St, P, C, R> 
     }
 }
 
-impl<S, B, ResBody, K, St, P, C, R> Service<Request<B>> for RateLimit<S, K, St, P, C, R>
+impl<S, B, ResBody, K, St, P, C, R, M> Service<Request<B>> for RateLimit<S, K, St, P, C, R, M>
 where
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -363,6 +430,7 @@ where
     P: QuotaPolicy<B>,
     C: Cost<B>,
     R: Rejection,
+    M: Settlement<ResBody>,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
@@ -388,6 +456,9 @@ where
             };
         };
         let cost = shared.cost.cost(&req);
+        if M::RESERVES {
+            return self.held(req, key, quota, cost);
+        }
         // What a fallback admitted for the key while the store failed goes with the check.
         let owed = config.failure.carried(&key, &quota, cost);
         let charged = cost + owed.units();

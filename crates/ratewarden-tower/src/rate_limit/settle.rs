@@ -1,0 +1,236 @@
+//! [`Settlement`]: when a request's units are counted. At once (the default), or held when
+//! the request is admitted and settled from its response: [`CountIf`], [`SettleWith`],
+//! [`SettleByFrames`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Response;
+use http_body::Frame;
+use ratewarden_core::{Reservation, Store};
+
+/// When a [`RateLimitLayer`](super::RateLimitLayer) counts a request's units: implemented
+/// by [`AtOnce`] (the default: counted when admitted), [`CountIf`], [`SettleWith`] and
+/// [`SettleByFrames`] (held when admitted, settled from the response). Sealed: made by the
+/// layer's builder methods.
+///
+/// A held request holds its [cost](super::RateLimitLayer::cost_by) (the estimate) until it
+/// is settled: other requests of its key are admitted only beside what it holds. Settled
+/// below the estimate, the rest is free at once; above it, the difference is charged all
+/// the same and owed, so a key goes over its quota by at most the overdraft of its requests
+/// in flight at once ([`Ledger`](ratewarden_core::algorithm::Ledger)). A request whose
+/// inner service fails, whose future is dropped or whose handler panics settles 0; a body
+/// dropped before its end settles what it counted. A store that cannot settle at once
+/// (Redis) settles on a spawned task (on the current tokio runtime; with none, the hold
+/// lapses after [`hold`](super::RateLimitLayer::hold)).
+///
+/// Held requests use the store's [`reserve`](Store::reserve): their key's state is apart
+/// from requests counted at once. When the store fails, the
+/// [failure mode](super::RateLimitLayer::on_store_error) decides as for any request, and
+/// what it admits is counted at once.
+pub trait Settlement<B>: sealed::Meter<B> + Clone + Send + Sync + 'static {}
+
+impl<B, M: sealed::Meter<B> + Clone + Send + Sync + 'static> Settlement<B> for M {}
+
+/// Counts each request's cost when it is admitted (the default).
+///
+/// ```
+/// use ratewarden_tower::rate_limit::AtOnce;
+/// let _default = AtOnce;
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AtOnce;
+
+/// Counts a request's cost only when its response says so (`true`): failed logins only,
+/// say. Made by [`RateLimitLayer::count_if`](super::RateLimitLayer::count_if).
+///
+/// ```
+/// use http::{Response, StatusCode};
+/// use ratewarden_tower::{key::PeerIp, MemoryStore, Quota, RateLimitLayer};
+/// let failed_logins = RateLimitLayer::new(MemoryStore::new(), Quota::per_minute(3)?, PeerIp::new())
+///     .count_if(|response: &Response<axum::body::Body>| response.status() == StatusCode::UNAUTHORIZED);
+/// # Ok::<(), ratewarden_tower::QuotaError>(())
+/// ```
+#[derive(Clone)]
+pub struct CountIf<F>(pub(crate) F);
+
+/// Charges the units a response reports (tokens generated, rows exported), read from the
+/// response's head. Made by
+/// [`RateLimitLayer::settle_with`](super::RateLimitLayer::settle_with).
+///
+/// ```
+/// use http::Response;
+/// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+/// let rows = RateLimitLayer::new(MemoryStore::new(), Quota::per_minute(10_000)?, Global)
+///     .cost_by(|_: &http::Request<axum::body::Body>| 500) // the estimate
+///     .settle_with(|response: &Response<axum::body::Body>| {
+///         response.headers().get("x-rows").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(500)
+///     });
+/// # Ok::<(), ratewarden_tower::QuotaError>(())
+/// ```
+#[derive(Clone)]
+pub struct SettleWith<F>(pub(crate) F);
+
+/// Charges the units counted over a streaming body, a closure per frame (data or
+/// trailers: gRPC reports in trailers), settled when the body ends or is dropped (what was
+/// counted so far). Made by
+/// [`RateLimitLayer::settle_by_frames`](super::RateLimitLayer::settle_by_frames).
+///
+/// ```
+/// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
+/// // One unit per kilobyte sent.
+/// let bytes = RateLimitLayer::new(MemoryStore::new(), Quota::per_minute(10_000)?, Global)
+///     .settle_by_frames(|frame: &http_body::Frame<bytes::Bytes>| {
+///         frame.data_ref().map_or(0, |data| u32::try_from(data.len().div_ceil(1024)).unwrap_or(u32::MAX))
+///     });
+/// # Ok::<(), ratewarden_tower::QuotaError>(())
+/// ```
+pub struct SettleByFrames<F>(pub(crate) Arc<F>);
+
+impl<F> Clone for SettleByFrames<F> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+macro_rules! opaque_debug {
+    ($($name:ident),*) => {$(
+        impl<F> fmt::Debug for $name<F> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(stringify!($name))
+            }
+        }
+    )*};
+}
+
+opaque_debug!(CountIf, SettleWith, SettleByFrames);
+
+/// A closure counting the units of one frame.
+pub(crate) type PerFrame = Arc<dyn Fn(&Frame<Bytes>) -> u32 + Send + Sync>;
+
+pub(crate) mod sealed {
+    use super::{AtOnce, CountIf, PerFrame, Response, SettleByFrames, SettleWith};
+    use bytes::Bytes;
+    use http_body::Frame;
+    use std::sync::Arc;
+
+    /// How one response's units are known.
+    pub enum Metered {
+        /// Now, from the response's head.
+        Units(u32),
+        /// Over its body, frame by frame.
+        Frames(PerFrame),
+    }
+
+    impl std::fmt::Debug for Metered {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                Self::Units(units) => f.debug_tuple("Units").field(units).finish(),
+                Self::Frames(_) => f.write_str("Frames"),
+            }
+        }
+    }
+
+    pub trait Meter<B> {
+        /// Whether requests are held and settled (else counted at once).
+        const RESERVES: bool;
+
+        /// The units of `response`, whose request held `estimate`.
+        fn meter(&self, response: &Response<B>, estimate: u32) -> Metered;
+    }
+
+    impl<B> Meter<B> for AtOnce {
+        const RESERVES: bool = false;
+
+        fn meter(&self, _: &Response<B>, estimate: u32) -> Metered {
+            Metered::Units(estimate)
+        }
+    }
+
+    impl<B, F: Fn(&Response<B>) -> bool> Meter<B> for CountIf<F> {
+        const RESERVES: bool = true;
+
+        fn meter(&self, response: &Response<B>, estimate: u32) -> Metered {
+            Metered::Units(if (self.0)(response) { estimate } else { 0 })
+        }
+    }
+
+    impl<B, F: Fn(&Response<B>) -> u32> Meter<B> for SettleWith<F> {
+        const RESERVES: bool = true;
+
+        fn meter(&self, response: &Response<B>, _: u32) -> Metered {
+            Metered::Units((self.0)(response))
+        }
+    }
+
+    impl<B, F> Meter<B> for SettleByFrames<F>
+    where
+        F: Fn(&Frame<Bytes>) -> u32 + Send + Sync + 'static,
+    {
+        const RESERVES: bool = true;
+
+        fn meter(&self, _: &Response<B>, _: u32) -> Metered {
+            Metered::Frames(Arc::clone(&self.0) as PerFrame)
+        }
+    }
+}
+
+/// A held request's reservation, settled once: with the units counted, when told to
+/// ([`finish`](Self::finish)) or when dropped.
+pub(crate) struct Settling {
+    settle: Option<Box<dyn FnOnce(u32) + Send + Sync>>,
+    per_frame: Option<PerFrame>,
+    counted: u32,
+}
+
+impl Settling {
+    pub(crate) fn new<St: Store>(store: Arc<St>, reservation: Reservation) -> Self {
+        let settle = move |actual: u32| {
+            if let Err(reservation) = store.settle_ready(reservation, actual)
+                && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            {
+                runtime.spawn(async move {
+                    let _ = store.settle(reservation, actual).await;
+                });
+            }
+        };
+        Self {
+            settle: Some(Box::new(settle)),
+            per_frame: None,
+            counted: 0,
+        }
+    }
+
+    /// Settles now at what the response reports, or counts its body's frames.
+    pub(crate) fn metered(mut self, metered: sealed::Metered) -> Option<Self> {
+        match metered {
+            sealed::Metered::Units(units) => {
+                self.counted = units;
+                None // dropped: settled now
+            }
+            sealed::Metered::Frames(per_frame) => {
+                self.per_frame = Some(per_frame);
+                Some(self)
+            }
+        }
+    }
+
+    pub(crate) fn frame(&mut self, frame: &Frame<Bytes>) {
+        if let Some(per_frame) = &self.per_frame {
+            self.counted = self.counted.saturating_add(per_frame(frame));
+        }
+    }
+
+    pub(crate) fn finish(&mut self) {
+        if let Some(settle) = self.settle.take() {
+            settle(self.counted);
+        }
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

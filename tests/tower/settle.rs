@@ -1,0 +1,379 @@
+//! Held requests settled from their responses: `count_if`, `settle_with`, `settle_by_frames`
+//! (streaming bodies, gRPC trailers), through real axum routers on the memory store.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, Request, Response, StatusCode, Uri};
+use http_body::Frame;
+use http_body_util::BodyExt;
+use ratewarden_core::{Key, Quota};
+use ratewarden_tower::RateLimitLayer;
+use ratewarden_tower::key::{Global, Header, KeyExtractor, PeerIp};
+use tower::ServiceExt;
+
+use crate::support::{get_from, manual_store, send};
+
+/// A streaming body of `left` one-byte chunks, then trailers if given.
+struct Chunks {
+    left: u32,
+    trailers: Option<HeaderMap>,
+}
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if self.left > 0 {
+            self.left -= 1;
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))));
+        }
+        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+}
+
+/// A request's URI, for its query.
+type Units = Uri;
+
+/// The `units=N` of a query string (0 when absent).
+fn units(uri: &Uri) -> u32 {
+    uri.query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("units=")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn user(name: &str) -> Request<Body> {
+    get_from("10.0.0.1:1000", "/", &[("x-user", name.as_bytes())])
+}
+
+fn user_key(name: &str) -> Key {
+    let header = Header::new(HeaderName::from_static("x-user"));
+    KeyExtractor::<Body>::key_for(&header, Key::from(name))
+}
+
+#[tokio::test]
+async fn only_failed_logins_count_and_successes_are_never_refused() {
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::new(store, Quota::per_minute(5).unwrap(), PeerIp::new())
+        .count_if(|r: &Response<Body>| r.status() == StatusCode::UNAUTHORIZED);
+    let app = Router::new()
+        .route(
+            "/login",
+            post(|uri: Uri| async move {
+                if uri.query() == Some("ok=1") {
+                    StatusCode::OK
+                } else {
+                    StatusCode::UNAUTHORIZED
+                }
+            }),
+        )
+        .layer(layer);
+    let login = |ok: bool| {
+        let mut req = get_from("10.0.0.1:1000", &format!("/login?ok={}", u8::from(ok)), &[]);
+        *req.method_mut() = http::Method::POST;
+        req
+    };
+    // 100 successes with 5 failures among them: every one is served.
+    for i in 0..105 {
+        let ok = i % 21 != 20;
+        let (response, _) = send(&app, login(ok)).await;
+        let expected = if ok {
+            StatusCode::OK
+        } else {
+            StatusCode::UNAUTHORIZED
+        };
+        assert_eq!(response.status(), expected, "attempt {i}");
+    }
+    // The 6th failure is refused, as is any attempt now: the quota of failures is spent.
+    assert_eq!(
+        send(&app, login(false)).await.0.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(&app, login(true)).await.0.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_response_is_charged_the_chunks_it_sent_when_its_body_ends() {
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::new(
+        store.clone(),
+        Quota::per_minute(100).unwrap(),
+        Header::new(HeaderName::from_static("x-user")),
+    )
+    .cost_by(|_: &Request<Body>| 10)
+    .settle_by_frames(|frame: &Frame<Bytes>| u32::from(frame.is_data()));
+    let app = Router::new()
+        .route(
+            "/",
+            get(|q: Units| async move {
+                Body::new(Chunks {
+                    left: units(&q),
+                    trailers: None,
+                })
+            }),
+        )
+        .layer(layer);
+    let stream = |name: &str, units: u32| {
+        get_from(
+            "10.0.0.1:1000",
+            &format!("/?units={units}"),
+            &[("x-user", name.as_bytes())],
+        )
+    };
+    for _ in 0..3 {
+        let (response, body) = send(&app, stream("alice", 40)).await;
+        assert_eq!((response.status(), body.len()), (StatusCode::OK, 40));
+    }
+    let quota = Quota::per_minute(100).unwrap();
+    assert_eq!(store.held(&user_key("alice"), &quota), 0);
+    // 120 charged, 100 in the quota: the fourth is refused; another user is not.
+    let (response, _) = send(&app, stream("alice", 1)).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        send(&app, stream("bob", 1)).await.0.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_body_dropped_half_way_settles_what_it_counted() {
+    let (store, _clock) = manual_store();
+    let quota = Quota::per_minute(100).unwrap();
+    let layer = RateLimitLayer::new(store.clone(), quota, Global)
+        .cost_by(|_: &Request<Body>| 50)
+        .settle_by_frames(|frame: &Frame<Bytes>| u32::from(frame.is_data()));
+    let app = Router::new()
+        .route(
+            "/",
+            get(|| async {
+                Body::new(Chunks {
+                    left: 80,
+                    trailers: None,
+                })
+            }),
+        )
+        .layer(layer);
+    let key = KeyExtractor::<Body>::extract(&Global, &user("x")).unwrap();
+    let response = app.clone().oneshot(user("x")).await.unwrap();
+    assert_eq!(store.held(&key, &quota), 50, "held while the body streams");
+    let mut body = response.into_body();
+    for _ in 0..30 {
+        body.frame().await.unwrap().unwrap();
+    }
+    drop(body);
+    assert_eq!(store.held(&key, &quota), 0);
+    // 30 charged: 70 left, not 71.
+    let reserve = |units| {
+        store
+            .reserve_sync(
+                &[ratewarden_core::Limit::new(key.clone(), quota, units)],
+                Duration::from_secs(1),
+            )
+            .unwrap()
+    };
+    assert!(!reserve(71).is_allowed());
+    let seventy = reserve(70);
+    assert!(seventy.is_allowed());
+    store.settle_sync(seventy, 0);
+}
+
+#[tokio::test]
+async fn a_response_header_settles_above_the_estimate_into_debt() {
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::new(store, Quota::per_minute(100).unwrap(), Global)
+        .cost_by(|_: &Request<Body>| 10)
+        .settle_with(|r: &Response<Body>| r.headers()["x-used"].to_str().unwrap().parse().unwrap());
+    let app = Router::new()
+        .route(
+            "/",
+            get(|q: Units| async move { ([("x-used", units(&q).to_string())], "") }),
+        )
+        .layer(layer);
+    let get = |units: u32| get_from("10.0.0.1:1000", &format!("/?units={units}"), &[]);
+    // One request's overdraft: 10 estimated, 130 used. 100 is the quota: nothing more
+    // until the 30 owed are repaid (a frozen clock: never).
+    assert_eq!(send(&app, get(130)).await.0.status(), StatusCode::OK);
+    assert_eq!(
+        send(&app, get(1)).await.0.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn grpc_trailers_settle_the_units_they_report() {
+    let (store, _clock) = manual_store();
+    let quota = Quota::per_minute(100).unwrap();
+    let layer = RateLimitLayer::new(store.clone(), quota, Global)
+        .cost_by(|_: &Request<Body>| 10)
+        .settle_by_frames(|frame: &Frame<Bytes>| {
+            frame
+                .trailers_ref()
+                .and_then(|t| t.get("x-tokens")?.to_str().ok()?.parse().ok())
+                .unwrap_or(0)
+        });
+    let app = Router::new()
+        .route(
+            "/",
+            post(|| async {
+                let mut trailers = HeaderMap::new();
+                trailers.insert("grpc-status", "0".parse().unwrap());
+                trailers.insert("x-tokens", "45".parse().unwrap());
+                Body::new(Chunks {
+                    left: 3,
+                    trailers: Some(trailers),
+                })
+            }),
+        )
+        .layer(layer);
+    let call = || {
+        let mut req = get_from(
+            "10.0.0.1:1000",
+            "/",
+            &[("content-type", b"application/grpc")],
+        );
+        *req.method_mut() = http::Method::POST;
+        req
+    };
+    assert_eq!(send(&app, call()).await.0.status(), StatusCode::OK);
+    assert_eq!(send(&app, call()).await.0.status(), StatusCode::OK);
+    // 90 charged: a third, holding 10, still fits; its 45 go to debt.
+    let (third, _) = send(&app, call()).await;
+    assert_eq!(third.status(), StatusCode::OK);
+    let (refused, _) = send(&app, call()).await;
+    assert_eq!(refused.status(), StatusCode::OK, "gRPC answers 200");
+    assert_eq!(refused.headers()["grpc-status"], "8"); // RESOURCE_EXHAUSTED
+}
+
+#[tokio::test]
+async fn dropped_requests_and_panicking_handlers_release_their_holds() {
+    let (store, _clock) = manual_store();
+    let quota = Quota::per_minute(100).unwrap();
+    let started = Arc::new(AtomicU32::new(0));
+    let layer = RateLimitLayer::new(store.clone(), quota, Global)
+        .cost_by(|_: &Request<Body>| 10)
+        .count_if(|_: &Response<Body>| true);
+    let seen = Arc::clone(&started);
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let seen = Arc::clone(&seen);
+                async move {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    "never"
+                }
+            }),
+        )
+        .route(
+            "/panic",
+            get(|| async {
+                if true {
+                    panic!("handler panicked");
+                }
+                ""
+            }),
+        )
+        .layer(layer);
+    let key = KeyExtractor::<Body>::extract(&Global, &user("x")).unwrap();
+    // Ten requests hold all 100 units while they run.
+    let mut running = Vec::new();
+    for _ in 0..10 {
+        running.push(tokio::spawn(app.clone().oneshot(user("x"))));
+    }
+    while started.load(Ordering::SeqCst) < 10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(store.held(&key, &quota), 100);
+    assert_eq!(
+        send(&app, user("x")).await.0.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for task in running {
+        task.abort();
+        let _ = task.await;
+    }
+    assert_eq!(store.held(&key, &quota), 0, "cancelled requests released");
+    // A panicking handler (the panic unwinds through the layer's future).
+    let panicked = tokio::spawn(
+        app.clone()
+            .oneshot(get_from("10.0.0.1:1000", "/panic", &[])),
+    );
+    assert!(panicked.await.unwrap_err().is_panic());
+    assert_eq!(store.held(&key, &quota), 0, "the panicked request released");
+    // Nothing was charged: the whole quota is there.
+    for _ in 0..10 {
+        let req = get_from("10.0.0.1:1000", "/missing", &[]);
+        assert_eq!(send(&app, req).await.0.status(), StatusCode::NOT_FOUND);
+    }
+    assert_eq!(
+        send(&app, get_from("10.0.0.1:1000", "/missing", &[]))
+            .await
+            .0
+            .status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn concurrent_held_requests_never_pass_the_quota() {
+    let (store, _clock) = manual_store();
+    let quota = Quota::per_hour(200).unwrap();
+    let layer = RateLimitLayer::new(store.clone(), quota, Global)
+        .cost_by(|_: &Request<Body>| 7)
+        .settle_with(|r: &Response<Body>| r.headers()["x-used"].to_str().unwrap().parse().unwrap());
+    let app = Router::new()
+        .route(
+            "/",
+            get(|q: Units| async move {
+                tokio::task::yield_now().await;
+                ([("x-used", units(&q).to_string())], "")
+            }),
+        )
+        .layer(layer);
+    let served = Arc::new(AtomicU32::new(0));
+    let key = KeyExtractor::<Body>::extract(&Global, &user("x")).unwrap();
+    // 50 clients, each sending until refused with nothing held (a refusal no settle can
+    // lift), at most 100 requests each.
+    let tasks: Vec<_> = (0..50_u32)
+        .map(|c| {
+            let (app, served) = (app.clone(), Arc::clone(&served));
+            let (store, key) = (store.clone(), key.clone());
+            tokio::spawn(async move {
+                for i in 0..100_u32 {
+                    let used = (c + i) % 8; // 0..=7: never above the estimate
+                    let req = get_from("10.0.0.1:1000", &format!("/?units={used}"), &[]);
+                    let (response, _) = send(&app, req).await;
+                    if response.status() == StatusCode::OK {
+                        served.fetch_add(used, Ordering::SeqCst);
+                    } else if store.held(&key, &quota) == 0 {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let served = served.load(Ordering::SeqCst);
+    assert!(served <= 200, "{served} units served of 200");
+    // Unused estimates came back: at most an estimate's 7 units less one were left.
+    assert!(served >= 194, "only {served} of 200 used");
+}
