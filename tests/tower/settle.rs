@@ -377,3 +377,125 @@ async fn concurrent_held_requests_never_pass_the_quota() {
     // Unused estimates came back: at most an estimate's 7 units less one were left.
     assert!(served >= 194, "only {served} of 200 used");
 }
+
+mod in_flight {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_thousand_concurrent_requests_never_run_more_than_four_at_once() {
+        let (store, _clock) = manual_store();
+        let layer = RateLimitLayer::in_flight(store.clone(), 4, Global).unwrap();
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (n, m) = (Arc::clone(&now), Arc::clone(&most));
+        let app = Router::new()
+            .route(
+                "/",
+                get(move || {
+                    let (now, most) = (Arc::clone(&n), Arc::clone(&m));
+                    async move {
+                        let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(running, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        "done"
+                    }
+                }),
+            )
+            .layer(layer);
+        let tasks: Vec<_> = (0..1_000)
+            .map(|_| {
+                let app = app.clone();
+                tokio::spawn(async move { send(&app, user("x")).await.0.status() })
+            })
+            .collect();
+        let (mut served, mut refused) = (0, 0);
+        for task in tasks {
+            match task.await.unwrap() {
+                StatusCode::OK => served += 1,
+                StatusCode::TOO_MANY_REQUESTS => refused += 1,
+                other => panic!("{other}"),
+            }
+        }
+        let most = most.load(Ordering::SeqCst);
+        assert!(most <= 4, "{most} in flight at once");
+        assert!(
+            served >= 4 && refused > 0,
+            "{served} served, {refused} refused"
+        );
+        // Every place came back: four at once again.
+        let again: Vec<_> = (0..4)
+            .map(|_| {
+                tokio::spawn({
+                    let app = app.clone();
+                    async move { send(&app, user("x")).await.0.status() }
+                })
+            })
+            .collect();
+        for task in again {
+            assert_eq!(task.await.unwrap(), StatusCode::OK);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_place_is_held_until_the_body_ends_and_given_back_by_cancels_and_panics() {
+        let (store, _clock) = manual_store();
+        let layer = RateLimitLayer::in_flight(store.clone(), 1, Global).unwrap();
+        let app = Router::new()
+            .route(
+                "/stream",
+                get(|| async {
+                    Body::new(Chunks {
+                        left: 3,
+                        trailers: None,
+                    })
+                }),
+            )
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    "never"
+                }),
+            )
+            .route(
+                "/panic",
+                get(|| async {
+                    if true {
+                        panic!("handler panicked");
+                    }
+                    ""
+                }),
+            )
+            .route("/", get(|| async { "ok" }))
+            .layer(layer);
+        let get = |uri: &str| get_from("10.0.0.1:1000", uri, &[]);
+        // A body not yet read holds the place.
+        let streaming = app.clone().oneshot(get("/stream")).await.unwrap();
+        assert_eq!(
+            send(&app, get("/")).await.0.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        let refused = send(&app, get("/")).await.0;
+        assert_eq!(refused.headers()["retry-after"], "1");
+        assert!(refused.headers().get("ratelimit-policy").is_none());
+        let body = streaming.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body.len(), 3);
+        assert_eq!(send(&app, get("/")).await.0.status(), StatusCode::OK);
+        // A cancelled request gives its place back.
+        let slow = tokio::spawn(app.clone().oneshot(get("/slow")));
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        assert_eq!(
+            send(&app, get("/")).await.0.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        slow.abort();
+        let _ = slow.await;
+        assert_eq!(send(&app, get("/")).await.0.status(), StatusCode::OK);
+        // So does a handler that panics.
+        let panicked = tokio::spawn(app.clone().oneshot(get("/panic")));
+        assert!(panicked.await.unwrap_err().is_panic());
+        assert_eq!(send(&app, get("/")).await.0.status(), StatusCode::OK);
+    }
+}

@@ -11,7 +11,8 @@ use tower_layer::Layer;
 use super::rejection::DefaultRejection;
 use super::service::{Config, RateLimit, Shared};
 use super::{
-    AtOnce, CountIf, FailureMode, HeaderStyle, MissingKey, SettleByFrames, SettleWith, UnitCost,
+    AtOnce, CountIf, FailureMode, HeaderStyle, InFlight, MissingKey, SettleByFrames, SettleWith,
+    UnitCost,
 };
 
 /// Applies a rate limit to every request of the services it wraps; see the
@@ -95,6 +96,36 @@ impl<K, St> RateLimitLayer<K, St> {
             config: Config::default(),
             skipped: Arc::default(),
         }
+    }
+}
+
+impl<K, St> RateLimitLayer<K, St, Quota, UnitCost, DefaultRejection, InFlight> {
+    /// Limits each key (from `key`) to `max` requests in progress at once, counting in
+    /// `store`: a request holds a place from when it is admitted until its response body
+    /// ends or is dropped (a cancelled request, a handler that panics: at once). Stripe's
+    /// second limiter, keyed like the rate limits.
+    ///
+    /// A request refused for want of a place is answered like a rate-limited one (429, or
+    /// gRPC `RESOURCE_EXHAUSTED`) with `Retry-After: 1`. No IETF field describes a
+    /// concurrency limit, so by default it carries no rate-limit fields
+    /// ([`HeaderStyle::None`]); with [`headers`](Self::headers), the fields show the limit
+    /// as `max` per one-second window and the places free as its remaining.
+    ///
+    /// A place not given back (a gateway that crashed while a request ran on a shared
+    /// store) is free again after [`hold`](Self::hold) (default 60 s): set it longer than
+    /// your longest request, which would otherwise lose its place while it runs. In-flight
+    /// states are apart from the rate limits', whatever the layers' names.
+    ///
+    /// # Errors
+    ///
+    /// A [`QuotaError`](ratewarden_core::QuotaError) when `max` is 0.
+    ///
+    /// See [`InFlight`](super::InFlight) for an example.
+    pub fn in_flight(store: St, max: u32, key: K) -> Result<Self, ratewarden_core::QuotaError> {
+        let places = Quota::new(max, Duration::from_secs(1))?;
+        let mut layer = RateLimitLayer::new(store, places, key).settle_by(InFlight);
+        layer.config.style = HeaderStyle::None;
+        Ok(layer)
     }
 }
 

@@ -76,4 +76,4 @@ pub use policy::QuotaPolicy;
 pub use rejection::{DefaultRejection, DenialReason, Denied, Rejection};
 pub use service::RateLimit;
 pub(crate) use service::is_grpc;
-pub use settle::{AtOnce, CountIf, SettleByFrames, SettleWith, Settlement};
+pub use settle::{AtOnce, CountIf, InFlight, SettleByFrames, SettleWith, Settlement};

@@ -449,7 +449,8 @@ where
         let Some(quota) = shared.policy.quota(&req) else {
             return ResponseFuture::inner(self.inner.call(req), Headers::None);
         };
-        let Some(key) = shared.key.extract(&req).map(|key| key.scoped(config.scope)) else {
+        let scope = config.scope ^ <M as super::settle::sealed::Meter<ResBody>>::SCOPE;
+        let Some(key) = shared.key.extract(&req).map(|key| key.scoped(scope)) else {
             return match shared.missing_key(&req) {
                 None => ResponseFuture::inner(self.inner.call(req), Headers::None),
                 Some(answer) => ResponseFuture::ready(answer),

@@ -106,11 +106,23 @@ macro_rules! opaque_debug {
 
 opaque_debug!(CountIf, SettleWith, SettleByFrames);
 
+/// Limits the requests of a key in progress at once: each holds its cost (a place) from
+/// when it is admitted until its response body ends or is dropped, and settles nothing.
+/// Made by [`RateLimitLayer::in_flight`](super::RateLimitLayer::in_flight).
+///
+/// ```
+/// use ratewarden_tower::{key::PeerIp, MemoryStore, RateLimitLayer};
+/// let two_at_once = RateLimitLayer::in_flight(MemoryStore::new(), 2, PeerIp::new())?;
+/// # Ok::<(), ratewarden_tower::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InFlight;
+
 /// A closure counting the units of one frame.
 pub(crate) type PerFrame = Arc<dyn Fn(&Frame<Bytes>) -> u32 + Send + Sync>;
 
 pub(crate) mod sealed {
-    use super::{AtOnce, CountIf, PerFrame, Response, SettleByFrames, SettleWith};
+    use super::{AtOnce, CountIf, InFlight, PerFrame, Response, SettleByFrames, SettleWith};
     use bytes::Bytes;
     use http_body::Frame;
     use std::sync::Arc;
@@ -136,8 +148,25 @@ pub(crate) mod sealed {
         /// Whether requests are held and settled (else counted at once).
         const RESERVES: bool;
 
+        /// Mixed into the layer's scope: a layer whose states mean something else (places
+        /// in flight, not units) never shares a state with a rate limit of its name.
+        const SCOPE: u64 = 0;
+
         /// The units of `response`, whose request held `estimate`.
         fn meter(&self, response: &Response<B>, estimate: u32) -> Metered;
+    }
+
+    impl<B> Meter<B> for InFlight {
+        const RESERVES: bool = true;
+        const SCOPE: u64 = 0x1f1f_9a7e_c0c0_2b5d;
+
+        /// Nothing to charge: the place is held until the body ends or is dropped.
+        fn meter(&self, _: &Response<B>, _: u32) -> Metered {
+            static NOTHING: std::sync::OnceLock<PerFrame> = std::sync::OnceLock::new();
+            Metered::Frames(Arc::clone(
+                NOTHING.get_or_init(|| Arc::new(|_: &Frame<Bytes>| 0)),
+            ))
+        }
     }
 
     impl<B> Meter<B> for AtOnce {
