@@ -9,6 +9,7 @@ mod eviction;
 mod expiry;
 mod lone;
 mod queue;
+mod reserve;
 mod scale;
 mod server;
 mod several;

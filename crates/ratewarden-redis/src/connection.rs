@@ -13,7 +13,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use crate::error::classify;
-use crate::script::{Entry, Invoke, LIBRARY, Replies, batch_command, limits_command};
+use crate::script::{
+    Entry, Invoke, LIBRARY, Ledger, Replies, batch_command, ledger_command, limits_command,
+};
 
 /// Where commands go.
 #[derive(Clone)]
@@ -105,6 +107,25 @@ impl Connection {
         match reply {
             redis::Value::BulkString(bytes) => Replies::of_limits(bytes, entries.len()),
             other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Runs a call on reserved limits (`lua/reserve.lua`): a reservation's replies and time,
+    /// or (settle, give back) nothing.
+    pub(crate) async fn eval_ledger(
+        &self,
+        entries: &[(&Entry, u64, Option<u64>)],
+        op: Ledger,
+    ) -> Result<Option<(Replies, Timestamp)>, StoreError> {
+        let reply = self
+            .run_code(|invoke| ledger_command(entries, op, invoke))
+            .await?;
+        match (op, reply) {
+            (Ledger::Reserve { .. }, redis::Value::BulkString(bytes)) => {
+                Replies::of_limits(bytes, entries.len()).map(Some)
+            }
+            (Ledger::Reserve { .. }, other) => Err(unexpected(&other)),
+            _ => Ok(None),
         }
     }
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratewarden_core::{
-    Clock, Decision, Decisions, Info, Key, Limit, MonotonicClock, Quota, Store, StoreError,
-    StoreErrorKind, Timestamp,
+    Clock, Decision, Decisions, Info, Key, Limit, MonotonicClock, Quota, Reservation, Store,
+    StoreError, StoreErrorKind, Timestamp,
 };
 
 use crate::batch::Batcher;
@@ -17,6 +17,7 @@ use crate::lease::Leases;
 use crate::script::{Call, Counter, Mode, Reply, figures, marker_key, state_key};
 use crate::time::between;
 
+mod reserve;
 mod several;
 
 /// A [`Store`] in Redis or Redis Cluster; see the [crate docs](crate). Clones share one
@@ -731,6 +732,26 @@ impl Store for RedisStore {
     /// cache of denials), several always go to Redis.
     async fn check_all(&self, limits: &[Limit]) -> Result<Decisions, StoreError> {
         self.decide_all(limits, None).await
+    }
+
+    /// Holds each counted limit in its ledger in Redis (see [`Store::reserve`]): one script
+    /// call per cluster slot. Each hold is a field of its own with its own lapse time, so the
+    /// holds of a gateway that crashed are free again after `hold`, whatever other gateways
+    /// do meanwhile. Reserved states are never leased, cached as denied or split. At most
+    /// 1,000 holds live on one key: a reservation beyond them is denied.
+    async fn reserve(&self, limits: &[Limit], hold: Duration) -> Result<Reservation, StoreError> {
+        self.reserve_at(limits, hold, None).await
+    }
+
+    async fn settle(&self, reservation: Reservation, actual: u32) -> Result<(), StoreError> {
+        if reservation.held().is_empty() {
+            return Ok(());
+        }
+        self.settle_at(reservation.held(), actual, None).await
+    }
+
+    async fn refund(&self, key: &Key, quota: &Quota, units: u32) -> Result<(), StoreError> {
+        self.refund_at(key, quota, units, None).await
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {

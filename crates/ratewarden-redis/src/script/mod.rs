@@ -7,7 +7,8 @@ mod wire;
 
 pub(crate) use names::{Counter, MAX_PREFIX_LEN, marker_key, state_key};
 pub(crate) use wire::{
-    Call, Entry, Mode, Numbers, Replies, Reply, batch_command, figures, limits_command,
+    Call, Entry, Ledger, Mode, Numbers, Replies, Reply, batch_command, figures, ledger_command,
+    limits_command,
 };
 
 use std::sync::LazyLock;
@@ -73,6 +74,7 @@ macro_rules! every_check {
             algorithm!("l", "../lua/sliding_log.lua"),
             include_str!("../lua/batch.lua"),
             include_str!("../lua/all.lua"),
+            include_str!("../lua/reserve.lua"),
         )
     };
 }
@@ -115,6 +117,18 @@ static ALL: LazyLock<Lua> =
 static REFUND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(concat!(every_check!(), "return refund_all(KEYS, ARGV)\n")));
 
+/// The scripts of reservations (`lua/reserve.lua`): reserve, settle, give back.
+static RESERVE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        every_check!(),
+        "return packed(reserve(KEYS, ARGV))\n"
+    ))
+});
+static SETTLE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(concat!(every_check!(), "return settle(KEYS, ARGV)\n")));
+static GIVE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(concat!(every_check!(), "return give_back(KEYS, ARGV)\n")));
+
 /// The library of Redis functions (7.0 and later): every check and the batch, made once when
 /// the server loads it rather than at every call as a script's are: Redis spends a quarter
 /// less on a check alone and a third less per check in a batch of 8 (BENCHMARKS.md). Named by a hash of its code, so that
@@ -123,8 +137,8 @@ pub(crate) struct Library {
     /// `#!lua name=...` and the code, for `FUNCTION LOAD`.
     source: String,
     /// The functions for a check alone, by algorithm, then the batch's, then those of
-    /// several limits.
-    functions: [String; 8],
+    /// several limits, then those of reservations.
+    functions: [String; 11],
 }
 
 pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
@@ -134,6 +148,7 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
         source: format!("#!lua name={name}\nlocal prefix = '{name}_'\n{code}"),
         functions: [
             LETTERS[0], LETTERS[1], LETTERS[2], LETTERS[3], LETTERS[4], "batch", "all", "refund",
+            "reserve", "settle", "give",
         ]
         .map(|suffix| format!("{name}_{suffix}")),
     }
@@ -154,6 +169,9 @@ const LETTERS: [&str; 5] = ["g", "t", "f", "w", "l"];
 const BATCH_INDEX: usize = LETTERS.len();
 const ALL_INDEX: usize = BATCH_INDEX + 1;
 const REFUND_INDEX: usize = BATCH_INDEX + 2;
+const RESERVE_INDEX: usize = BATCH_INDEX + 3;
+const SETTLE_INDEX: usize = BATCH_INDEX + 4;
+const GIVE_INDEX: usize = BATCH_INDEX + 5;
 
 const fn algorithm_index(algorithm: Algorithm) -> usize {
     match algorithm {
@@ -185,6 +203,9 @@ fn invocation(invoke: Invoke, code: usize) -> redis::Cmd {
                 &BATCH,
                 &ALL,
                 &REFUND,
+                &RESERVE,
+                &SETTLE,
+                &GIVE,
             ][code];
             if invoke == Invoke::Sha {
                 let mut cmd = redis::cmd("EVALSHA");

@@ -480,6 +480,63 @@ pub(crate) fn limits_command(entries: &[&Entry], invoke: Invoke, refund: bool) -
     cmd
 }
 
+/// What a call on reserved limits does (`lua/reserve.lua`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ledger {
+    /// Hold each held limit's cost for `hold`.
+    Reserve { hold: Duration },
+    /// End the holds, charging `actual` units to each.
+    Settle { actual: u32 },
+    /// Give back `units`.
+    GiveBack { units: u32 },
+}
+
+/// A call on the reserved limits of a request, all in one slot (`lua/reserve.lua`): each
+/// entry with its emission interval (µs) and, for a held limit, its hold's id (`None`: a
+/// probe, of the key's own state).
+pub(crate) fn ledger_command(
+    entries: &[(&Entry, u64, Option<u64>)],
+    op: Ledger,
+    invoke: Invoke,
+) -> redis::Cmd {
+    let (code, first) = match op {
+        Ledger::Reserve { hold } => (super::RESERVE_INDEX, micros(hold)),
+        Ledger::Settle { actual } => (super::SETTLE_INDEX, u64::from(actual)),
+        Ledger::GiveBack { units } => (super::GIVE_INDEX, u64::from(units)),
+    };
+    let mut cmd = super::invocation(invoke, code);
+    let keys: usize = entries
+        .iter()
+        .map(|(_, _, id)| 1 + usize::from(id.is_some()))
+        .sum();
+    cmd.arg(keys);
+    for (entry, _, id) in entries {
+        if id.is_some() {
+            cmd.arg(reserved_name(&entry.name, b":r"));
+            cmd.arg(reserved_name(&entry.name, b":h"));
+        } else {
+            cmd.arg(&entry.name);
+        }
+    }
+    cmd.arg(first);
+    for &(entry, interval, id) in entries {
+        cmd.arg(LETTERS[algorithm_index(entry.algorithm)])
+            .arg(1 + usize::from(id.is_some()));
+        entry.push_args(&mut cmd, entry.cost());
+        cmd.arg(interval).arg(id.unwrap_or(0));
+    }
+    cmd
+}
+
+/// The name of a reserved limit's state (`:r`) or holds (`:h`): its checked state's name
+/// with a suffix no other name ends with, in the same slot.
+fn reserved_name(name: &[u8], suffix: &[u8]) -> Vec<u8> {
+    let mut reserved = Vec::with_capacity(name.len() + suffix.len());
+    reserved.extend_from_slice(name);
+    reserved.extend_from_slice(suffix);
+    reserved
+}
+
 /// Appends `n` to a batch's checks as a little-endian 32-bit number (`lua/batch.lua`).
 fn put(checks: &mut Vec<u8>, n: impl TryInto<u32>) {
     checks.extend_from_slice(&n.try_into().unwrap_or(u32::MAX).to_le_bytes());

@@ -215,7 +215,7 @@ impl RedisStore {
 
     /// The entries each call decides (by index): all of them in one on a single server or a
     /// pool, one call per slot on a cluster (a script's keys must share a slot).
-    fn groups(&self, entries: &[Entry]) -> Vec<Vec<usize>> {
+    pub(super) fn groups(&self, entries: &[Entry]) -> Vec<Vec<usize>> {
         if !self.batcher.connection().is_cluster() {
             return vec![(0..entries.len()).collect()];
         }
@@ -268,7 +268,7 @@ impl RedisStore {
 }
 
 /// What a limit whose call failed would show (never returned: the request fails).
-fn denied() -> Decision {
+pub(super) fn denied() -> Decision {
     Decision::Denied(ratewarden_core::Info::new(
         0,
         0,

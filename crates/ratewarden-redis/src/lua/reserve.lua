@@ -1,0 +1,212 @@
+-- Reservations (`Store::reserve`, `settle`, `refund`): each reserved limit's ledger, as
+-- ratewarden-core's `Ledger` keeps it (the algorithm's state, units held, debt), but with each
+-- hold a field of its own that lapses at its own time, so a gateway that crashed holding
+-- reservations leaves nothing held once their hold time has passed, whatever else the key
+-- does meanwhile.
+--
+-- KEYS  per limit: a held limit's state (its name with `:r`, apart from the state checks
+--       count) and its holds (`:h`, a hash: hold id -> "units:lapse_at_us", and `d` -> the
+--       debt); a probe's state (its key's own, read only)
+-- ARGV  ARGV[1] the hold time in µs (reserve) or the actual units (settle) or the units given
+--       back (refund); then per limit 7: its algorithm's letter, its number of keys (2 held,
+--       1 a probe), its mode ('c' or 'q'), its missing-state letter, its numbers (args.lua:
+--       the cost is the estimate), its emission interval in µs, its hold's id
+-- A reservation replies as `all` does (each limit's reply, then the time); settle and refund
+-- reply ''.
+
+-- The most live holds on one key: a reservation beyond them is denied, so a key's hash
+-- stays small enough to read whole at each reservation.
+local MAX_HOLDS = 1000
+
+local function ledger_limits(KEYS, ARGV)
+  local n = (#ARGV - 1) / 7
+  if n < 1 or n ~= math.floor(n) then
+    error('rl: malformed limits')
+  end
+  local limits = {}
+  local k = 1
+  for i = 1, n do
+    local a = 1 + 7 * (i - 1)
+    local check = run[ARGV[a + 1]]
+    local nkeys = tonumber(ARGV[a + 2])
+    if not check or (nkeys ~= 1 and nkeys ~= 2) or not KEYS[k + nkeys - 1] then
+      error('rl: malformed limits')
+    end
+    local args = arguments(ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    local holds
+    if nkeys == 2 then
+      holds = KEYS[k + 1]
+    end
+    limits[i] = {
+      check = check,
+      keys = {KEYS[k]},
+      holds = holds,
+      args = args,
+      cost = args[2],
+      interval = tonumber(ARGV[a + 6]) or error('rl: malformed limits'),
+      id = ARGV[a + 7],
+    }
+    k = k + nkeys
+  end
+  if k ~= #KEYS + 1 then
+    error('rl: malformed limits')
+  end
+  return limits
+end
+
+-- The limit's check in `mode` of `cost` (prelude.lua's reply).
+local function decide_as(limit, mode, cost)
+  local args = limit.args
+  args[1] = mode
+  args[2] = cost
+  return limit.check(limit.keys, args)
+end
+
+-- A probe of `cost`; a state that cannot be read is replaced by a spent one first (as a
+-- check replaces it), so that it never denies for good.
+local function probe(limit, cost)
+  local r = decide_as(limit, 'q', cost)
+  if r[6] == 2 then
+    decide_as(limit, 'c', 0)
+    r = decide_as(limit, 'q', cost)
+  end
+  return r
+end
+
+local function now_of(limit)
+  local at = limit.args[3]
+  if at == '' then
+    return server_now()
+  end
+  return at
+end
+
+-- The units of the live holds, how many there are, and the debt; lapsed holds are dropped.
+local function read_ledger(limit, now)
+  local fields = redis.call('HGETALL', limit.holds)
+  local held, count, debt = 0, 0, 0
+  for i = 1, #fields, 2 do
+    local name, value = fields[i], fields[i + 1]
+    if name == 'd' then
+      debt = tonumber(value) or 0
+    else
+      local units, lapse = string.match(value, '^(%d+):(%d+)$')
+      units, lapse = tonumber(units), tonumber(lapse)
+      if not units or lapse <= now then
+        redis.call('HDEL', limit.holds, name)
+      else
+        held = held + units
+        count = count + 1
+      end
+    end
+  end
+  return held, count, debt
+end
+
+-- Charges as much of `debt` as the state has room for; returns what is still owed.
+local function repay(limit, debt)
+  if debt <= 0 then
+    return 0
+  end
+  local room = probe(limit, 0)[3]
+  local pay = math.min(debt, room, limit.args[5])
+  if pay > 0 and decide_as(limit, 'c', pay)[1] == 1 then
+    debt = debt - pay
+  end
+  return debt
+end
+
+-- Writes the debt, and keeps the holds' hash at least until `until_us` (µs from now) and,
+-- while debt is owed, until it could have been repaid.
+local function keep(limit, debt, until_us)
+  if debt > 0 then
+    redis.call('HSET', limit.holds, 'd', debt)
+    until_us = math.max(until_us, (debt + limit.args[5]) * limit.interval + limit.args[7])
+  else
+    redis.call('HDEL', limit.holds, 'd')
+  end
+  if redis.call('EXISTS', limit.holds) == 1 then
+    local ms = idiv(until_us + 999, 1000) + 1000
+    if redis.call('PTTL', limit.holds) < ms then
+      redis.call('PEXPIRE', limit.holds, ms)
+    end
+  end
+end
+
+local function reserve(KEYS, ARGV)
+  local hold_us = tonumber(ARGV[1]) or error('rl: malformed limits')
+  local limits = ledger_limits(KEYS, ARGV)
+  local replies = {}
+  local admitted = true
+  -- Units this call holds already on each hash (two limits on one state).
+  local pending = {}
+  for i, limit in ipairs(limits) do
+    local r
+    limit.now = now_of(limit)
+    if limit.holds then
+      local held, count, debt = read_ledger(limit, limit.now)
+      debt = repay(limit, debt)
+      keep(limit, debt, 0)
+      local burst = limit.args[5]
+      local wanted = held + debt + (pending[limit.holds] or 0) + limit.cost
+      if limit.cost > burst then
+        r = probe(limit, limit.cost)
+      elseif wanted > burst or count >= MAX_HOLDS then
+        -- Room for the units, not beside what is held and owed: when some of it ends.
+        r = probe(limit, math.min(limit.cost, burst))
+        r[1] = 0
+        r[3] = 0
+        r[5] = math.max(r[5], limit.interval)
+      else
+        r = probe(limit, wanted)
+      end
+      pending[limit.holds] = (pending[limit.holds] or 0) + limit.cost
+    else
+      r = probe(limit, limit.cost)
+    end
+    append_reply(replies, 5 * (i - 1), r)
+    admitted = admitted and r[1] == 1
+  end
+  if admitted then
+    for _, limit in ipairs(limits) do
+      if limit.holds then
+        redis.call('HSET', limit.holds, limit.id,
+          string.format('%.0f:%.0f', limit.cost, limit.now + hold_us))
+        keep(limit, tonumber(redis.call('HGET', limit.holds, 'd')) or 0, hold_us)
+      end
+    end
+  end
+  replies[5 * #limits + 1] = limits[1].now
+  return replies
+end
+
+-- Ends holds: drops each (lapsed or not) and charges the actual units, as debt first.
+local function settle(KEYS, ARGV)
+  local actual = tonumber(ARGV[1]) or error('rl: malformed limits')
+  for _, limit in ipairs(ledger_limits(KEYS, ARGV)) do
+    if limit.holds then
+      local debt = tonumber(redis.call('HGET', limit.holds, 'd')) or 0
+      redis.call('HDEL', limit.holds, limit.id)
+      keep(limit, repay(limit, debt + actual), 0)
+    end
+  end
+  return ''
+end
+
+-- Gives back units: debt first, then the state as a charge made now would be given back.
+local function give_back(KEYS, ARGV)
+  local units = tonumber(ARGV[1]) or error('rl: malformed limits')
+  for _, limit in ipairs(ledger_limits(KEYS, ARGV)) do
+    if limit.holds then
+      local debt = tonumber(redis.call('HGET', limit.holds, 'd')) or 0
+      local from_debt = math.min(debt, units)
+      keep(limit, debt - from_debt, 0)
+      if units > from_debt then
+        local now = now_of(limit)
+        limit.args[9] = now
+        decide_as(limit, 'r', units - from_debt)
+      end
+    end
+  end
+  return ''
+end
