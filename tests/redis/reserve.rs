@@ -421,3 +421,70 @@ async fn failed_logins_count_through_redis() {
     }
     panic!("a hold was never settled");
 }
+
+/// `lua/reserve.lua` against ratewarden-core's `Ledger`, step by step on test time: 3,000
+/// random reservations and settles (`actual` up to 3 × the estimate, debt included) per
+/// algorithm decide alike, with the same remaining count.
+#[tokio::test]
+async fn reservations_in_redis_decide_as_the_core_ledger_does() {
+    use ratewarden_core::Timestamp;
+    use ratewarden_core::algorithm::{
+        AlgorithmState, FixedWindowState, GcraState, Hold, Ledger, SlidingLogState,
+        SlidingWindowState, TokenBucketState,
+    };
+
+    async fn run<S: AlgorithmState>(store: &ratewarden_redis::RedisStore, text: &str, seed: u64) {
+        let quota: Quota = text.parse().unwrap();
+        let key = Key::from(text);
+        let mut ledger = Ledger::<S>::default();
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut now = 1_700_000_000_000_000_u64;
+        let hold = Duration::from_secs(86_400);
+        let mut open: Vec<(ratewarden_core::Reservation, Hold, u32)> = Vec::new();
+        let (mut admitted, mut denied) = (0, 0);
+        for step in 0..3_000 {
+            now += rng.u64(0..=quota.emission_interval_micros() * 2);
+            let at = Timestamp::from_micros(now);
+            if open.len() < 4 && rng.bool() {
+                let estimate = rng.u32(1..=5);
+                let limit = Limit::new(key.clone(), quota, estimate);
+                let theirs = store.reserve_at(&[limit], hold, at).await.unwrap();
+                let (ours, hold) = ledger.reserve(at, estimate, at.saturating_add(hold), &quota);
+                let got = theirs.decisions().as_slice()[0];
+                assert_eq!(
+                    got.is_allowed(),
+                    ours.is_allowed(),
+                    "{text} step {step}: {got:?} vs {ours:?}"
+                );
+                if ours.is_allowed() {
+                    assert_eq!(
+                        got.info().remaining(),
+                        ours.info().remaining(),
+                        "{text} step {step}"
+                    );
+                    admitted += 1;
+                    open.push((theirs, hold.unwrap(), estimate));
+                } else {
+                    denied += 1;
+                }
+            } else if !open.is_empty() {
+                let (theirs, hold, estimate) = open.swap_remove(rng.usize(..open.len()));
+                let actual = rng.u32(0..=estimate * 3);
+                store.settle_at(theirs, actual, at).await.unwrap();
+                ledger.settle(at, hold, actual, &quota);
+            }
+        }
+        assert!(
+            admitted > 300 && denied > 100,
+            "{text}: {admitted} admitted, {denied} denied"
+        );
+    }
+
+    let server = RedisServer::start();
+    let store = store(&server, "rv-diff").await;
+    run::<GcraState>(&store, "20/min", 1).await;
+    run::<TokenBucketState>(&store, "20/min token-bucket", 2).await;
+    run::<FixedWindowState>(&store, "20/min fixed-window", 3).await;
+    run::<SlidingWindowState>(&store, "20/min sliding-window", 4).await;
+    run::<SlidingLogState>(&store, "20/min sliding-log", 5).await;
+}

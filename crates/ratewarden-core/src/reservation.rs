@@ -8,7 +8,7 @@ use crate::{Decisions, Limit};
 /// [`Store::release`](crate::Store::release)).
 ///
 /// A reservation that is never settled holds its units until its hold time lapses; then
-/// they are free again and nothing is charged.
+/// they are free again and nothing is charged. It cannot be cloned: each is settled once.
 ///
 /// ```
 /// use ratewarden_core::{Decision, Decisions, Info, Key, Limit, Quota, Reservation};
@@ -22,7 +22,7 @@ use crate::{Decisions, Limit};
 /// assert_eq!(reservation.held()[0].1, 7);
 /// # Ok::<(), ratewarden_core::QuotaError>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 #[must_use = "a reservation holds units until it is settled, released or lapses"]
 pub struct Reservation {
     decisions: Decisions,

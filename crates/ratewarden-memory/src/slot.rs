@@ -19,6 +19,14 @@ pub(crate) trait Slot: Send + Sync + 'static {
     fn heap_bytes(&self) -> usize {
         0
     }
+
+    /// Whether the entry must not be evicted at `now` (µs) to make room, whatever its
+    /// `fresh_at`: a ledger's live holds and debt, which evicted would admit over the quota
+    /// (an in-flight limit's places given to others while their requests run).
+    fn is_pinned(&self, now: u64) -> bool {
+        let _ = now;
+        false
+    }
 }
 
 /// GCRA: the theoretical arrival time, updated by compare-and-swap under a shared lock.
@@ -175,6 +183,20 @@ impl<S: AlgorithmState> LedgerSlot<S> {
     fn fresh(&self) -> u64 {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).1
     }
+
+    /// A new ledger, its holds starting at a round no ledger of this process used before: a
+    /// late settle of a hold of a ledger swept or evicted since never ends a hold of this one.
+    fn starting() -> Self {
+        /// Each ledger's first round: 2^32 rounds apart, more than any ledger moves through.
+        static NEXT: AtomicU64 = AtomicU64::new(1 << 32);
+        let round = NEXT.fetch_add(1 << 32, Ordering::Relaxed);
+        Self(Mutex::new((Ledger::starting_at(round), 0)))
+    }
+
+    fn pinned(&self, now: u64) -> bool {
+        let guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.0.is_pinned(Timestamp::from_micros(now))
+    }
 }
 
 /// The ledgers of the fixed-size states.
@@ -182,11 +204,15 @@ macro_rules! fixed_size_ledger {
     ($($state:ty),*) => {$(
         impl Slot for LedgerSlot<$state> {
             fn new(_quota: &Quota) -> Self {
-                Self::default()
+                Self::starting()
             }
 
             fn fresh_at(&self) -> u64 {
                 self.fresh()
+            }
+
+            fn is_pinned(&self, now: u64) -> bool {
+                self.pinned(now)
             }
         }
     )*};
@@ -202,16 +228,22 @@ fixed_size_ledger!(
 /// A sliding log's ledger: room for `count` entries made at once, as for a checked log.
 impl Slot for LedgerSlot<SlidingLogState> {
     fn new(quota: &Quota) -> Self {
+        let slot = Self::starting();
         let entries = VecDeque::with_capacity(quota.count() as usize);
-        let ledger = Ledger {
-            state: SlidingLogState { entries },
-            ..Ledger::default()
-        };
-        Self(Mutex::new((ledger, 0)))
+        slot.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .state = SlidingLogState { entries };
+        slot
     }
 
     fn fresh_at(&self) -> u64 {
         self.fresh()
+    }
+
+    fn is_pinned(&self, now: u64) -> bool {
+        self.pinned(now)
     }
 
     fn heap_bytes(&self) -> usize {

@@ -425,7 +425,9 @@ impl<K: StoredKey, V: Slot> Entries<K, V> {
         let mut sampled = 0;
         for _ in 0..EVICTION_PROBES {
             let index = fastrand::usize(..total);
-            if let Some((_, slot)) = self.table.get_bucket(index) {
+            if let Some((_, slot)) = self.table.get_bucket(index)
+                && !slot.is_pinned(now)
+            {
                 let fresh_at = slot.fresh_at();
                 if best.is_none_or(|(best_at, _)| fresh_at < best_at) {
                     best = Some((fresh_at, index));
@@ -442,6 +444,7 @@ impl<K: StoredKey, V: Slot> Entries<K, V> {
             best = (0..total).map(|i| (start + i) % total).find_map(|index| {
                 self.table
                     .get_bucket(index)
+                    .filter(|(_, slot)| !slot.is_pinned(now))
                     .map(|(_, slot)| (slot.fresh_at(), index))
             });
         }

@@ -648,3 +648,96 @@ mod reservations {
         }
     }
 }
+
+mod reservation_edges {
+    use super::*;
+    use ratewarden_core::Limit;
+
+    #[test]
+    fn a_late_settle_of_a_swept_ledgers_hold_never_ends_a_new_hold() {
+        let (store, clock) = frozen_store(8 << 20);
+        let quota = Quota::per_hour(1).unwrap();
+        let key = Key::from("k");
+        let one = || [Limit::new(key.clone(), quota, 1)];
+        let a = store.reserve_sync(&one(), Duration::from_secs(60)).unwrap();
+        clock.advance(Duration::from_secs(61)); // A's hold lapsed: its ledger is swept
+        assert_eq!(store.sweep(), 1);
+        let b = store.reserve_sync(&one(), Duration::from_secs(60)).unwrap();
+        assert!(b.is_allowed());
+        store.settle_sync(a, 0); // A ends late: B's hold stands
+        assert_eq!(store.held(&key, &quota), 1);
+        assert!(
+            !store
+                .reserve_sync(&one(), Duration::from_secs(60))
+                .unwrap()
+                .is_allowed()
+        );
+        store.settle_sync(b, 0);
+    }
+
+    #[test]
+    fn live_holds_are_never_evicted_to_make_room() {
+        let (store, _clock) = frozen_store(256 << 10);
+        let quota = Quota::per_second(1).unwrap();
+        let victim = Key::from("victim");
+        let place = || [Limit::new(victim.clone(), quota, 1)];
+        // The victim's ledger is the closest to fresh of all (its hold lapses in 2 s, the
+        // others' states in an hour): the first an eviction would pick.
+        let held = store
+            .reserve_sync(&place(), Duration::from_secs(2))
+            .unwrap();
+        assert!(held.is_allowed());
+        let hourly = Quota::per_hour(1).unwrap();
+        for i in 0..5_000_u64 {
+            let r = store
+                .reserve_sync(
+                    &[Limit::new(Key::from(i), hourly, 1)],
+                    Duration::from_secs(60),
+                )
+                .unwrap();
+            store.settle_sync(r, 1);
+        }
+        assert!(store.evictions() > 0, "the flood made the store evict");
+        assert_eq!(
+            store.held(&victim, &quota),
+            1,
+            "the victim's place was kept"
+        );
+        assert!(
+            !store
+                .reserve_sync(&place(), Duration::from_secs(2))
+                .unwrap()
+                .is_allowed()
+        );
+        store.settle_sync(held, 0);
+    }
+
+    #[test]
+    fn a_denied_reservation_never_extends_the_lapse_of_other_holds() {
+        let (store, clock) = frozen_store(8 << 20);
+        let (loose, strict) = (Quota::per_hour(10).unwrap(), Quota::per_hour(1).unwrap());
+        let (a, b) = (Key::from("a"), Key::from("b"));
+        let leaked = store
+            .reserve_sync(&[Limit::new(a.clone(), loose, 1)], Duration::from_secs(10))
+            .unwrap();
+        std::mem::forget(leaked);
+        let full = store
+            .reserve_sync(
+                &[Limit::new(b.clone(), strict, 1)],
+                Duration::from_secs(3600),
+            )
+            .unwrap();
+        let both = [Limit::new(a.clone(), loose, 1), Limit::new(b, strict, 1)];
+        let denied = store
+            .reserve_sync(&both, Duration::from_secs(3600))
+            .unwrap();
+        assert!(!denied.is_allowed());
+        clock.advance(Duration::from_secs(11));
+        assert_eq!(
+            store.held(&a, &loose),
+            0,
+            "the leaked hold lapsed at its own time"
+        );
+        store.settle_sync(full, 0);
+    }
+}

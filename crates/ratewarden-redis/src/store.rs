@@ -264,6 +264,50 @@ impl RedisStore {
         self.decide_all(limits, Some(now)).await
     }
 
+    /// [`Store::reserve`] at `now` on Redis's side (as [`check_at`](Self::check_at) takes
+    /// it): for tests that compare reservations with `ratewarden-core`'s `Ledger`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Store::reserve`].
+    ///
+    /// ```no_run
+    /// # async fn demo(store: ratewarden_redis::RedisStore) -> Result<(), ratewarden_core::StoreError> {
+    /// use ratewarden_core::{Key, Limit, Quota, Timestamp};
+    /// use std::time::Duration;
+    /// let at = Timestamp::from_micros(1_700_000_000_000_000);
+    /// let limits = [Limit::new(Key::from(7u64), Quota::per_second(1).unwrap(), 1)];
+    /// let reservation = store.reserve_at(&limits, Duration::from_secs(5), at).await?;
+    /// store.settle_at(reservation, 1, at).await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "test-util")]
+    pub async fn reserve_at(
+        &self,
+        limits: &[Limit],
+        hold: Duration,
+        now: Timestamp,
+    ) -> Result<Reservation, StoreError> {
+        self.reserve_on(limits, hold, Some(now)).await
+    }
+
+    /// [`Store::settle`] at `now` on Redis's side (see [`reserve_at`](Self::reserve_at)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`Store::settle`].
+    ///
+    /// See [`reserve_at`](Self::reserve_at) for an example.
+    #[cfg(feature = "test-util")]
+    pub async fn settle_at(
+        &self,
+        reservation: Reservation,
+        actual: u32,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.settle_on(reservation.held(), actual, Some(now)).await
+    }
+
     /// This store with one queue for every key, as if every state's queue number (a hash of
     /// its name) were the same: for tests that two states sharing a queue are still decided
     /// in batches of their own (see the crate docs on batching).
@@ -740,18 +784,18 @@ impl Store for RedisStore {
     /// do meanwhile. Reserved states are never leased, cached as denied or split. At most
     /// 1,000 holds live on one key: a reservation beyond them is denied.
     async fn reserve(&self, limits: &[Limit], hold: Duration) -> Result<Reservation, StoreError> {
-        self.reserve_at(limits, hold, None).await
+        self.reserve_on(limits, hold, None).await
     }
 
     async fn settle(&self, reservation: Reservation, actual: u32) -> Result<(), StoreError> {
         if reservation.held().is_empty() {
             return Ok(());
         }
-        self.settle_at(reservation.held(), actual, None).await
+        self.settle_on(reservation.held(), actual, None).await
     }
 
     async fn refund(&self, key: &Key, quota: &Quota, units: u32) -> Result<(), StoreError> {
-        self.refund_at(key, quota, units, None).await
+        self.refund_on(key, quota, units, None).await
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {

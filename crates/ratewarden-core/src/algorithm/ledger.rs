@@ -54,11 +54,15 @@ pub struct Ledger<S> {
     pub holds: u32,
     /// The microsecond from which every hold has lapsed.
     pub lapse_at: u64,
-    /// How many times the holds were all dropped: a settle of a hold made before finds it
-    /// gone.
-    pub round: u32,
+    /// Which generation of holds is live: it moves on each time the holds are all dropped,
+    /// so a settle of a hold made before finds it gone. A store that forgets a ledger
+    /// starts the next one at a round no earlier ledger of the key used (see
+    /// [`Ledger::starting_at`]).
+    pub round: u64,
     /// Units settled that the state could not take yet.
     pub debt: u64,
+    /// While debt is owed: when it was last repaid (µs), the state full since.
+    pub repaid_at: u64,
 }
 
 /// What one reservation holds on a [`Ledger`]: give it back to
@@ -68,16 +72,50 @@ pub struct Hold {
     /// The units held.
     pub units: u32,
     /// The ledger's [`round`](Ledger::round) when it was made.
-    pub round: u32,
+    pub round: u64,
 }
 
 impl<S: AlgorithmState> Ledger<S> {
+    /// A fresh ledger whose holds start at `round`: a store that may forget a ledger (its
+    /// holds lapsed) and make another for the key gives each a round none before used, so
+    /// that a late settle of a hold of the forgotten ledger never ends a hold of the new one.
+    ///
+    /// ```
+    /// use ratewarden_core::algorithm::{GcraState, Ledger};
+    /// assert_eq!(Ledger::<GcraState>::starting_at(1 << 32).round, 1 << 32);
+    /// ```
+    #[must_use]
+    pub fn starting_at(round: u64) -> Self {
+        Self {
+            round,
+            ..Self::default()
+        }
+    }
+
+    /// Whether `units` would be admitted at `now` beside what is held and owed, holding
+    /// nothing: [`reserve`](Self::reserve)'s decision, the ledger left as it is.
+    ///
+    /// ```
+    /// use ratewarden_core::algorithm::{GcraState, Ledger};
+    /// use ratewarden_core::{Quota, Timestamp};
+    /// let ledger = Ledger::<GcraState>::default();
+    /// let now = Timestamp::from_micros(0);
+    /// assert!(ledger.probe(now, 10, &Quota::per_minute(10)?).is_allowed());
+    /// assert_eq!(ledger, Ledger::default());
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    pub fn probe(&self, now: Timestamp, units: u32, quota: &Quota) -> Decision {
+        self.clone().reserve(now, units, now, quota).0
+    }
+
     /// Admits `units` at `now` if they fit together with every unit held and owed, and holds
     /// them until `lapse_at`: the decision, and the hold when admitted.
     ///
-    /// Denied while debt is owed (its retry: when the debt and the units would fit), or
-    /// while the holds leave no room (its retry: a unit's interval, as holds end when their
-    /// requests do). [`Decision::InsufficientCapacity`] for more units than the burst.
+    /// Denied while debt is owed or the holds leave no room, with the time the debt, the
+    /// holds and the units would take to fit were the holds all settled at their estimates
+    /// (at least a unit's interval). [`Decision::InsufficientCapacity`] for more units than
+    /// the burst.
     ///
     /// See [`Ledger`] for an example.
     pub fn reserve(
@@ -95,12 +133,15 @@ impl<S: AlgorithmState> Ledger<S> {
             let decision = self.state.clone().check(now, units, quota);
             return match decision {
                 Decision::InsufficientCapacity(_) => (decision, None),
-                // Room for the units, not with what is held and owed: when some of it ends.
+                // Room for the units, not beside what is held and owed: when that would fit.
                 _ => {
                     let info = decision.info();
-                    let retry = info.retry_after().max(std::time::Duration::from_micros(
-                        quota.emission_interval_micros(),
-                    ));
+                    let room = self.state.clone().check(now, 0, quota).info().remaining();
+                    let short = wanted.saturating_sub(room).max(1);
+                    let wait = quota.emission_interval_micros().saturating_mul(short);
+                    let retry = info
+                        .retry_after()
+                        .max(std::time::Duration::from_micros(wait));
                     let info = Info::new(info.limit(), 0, info.reset_after(), retry);
                     (Decision::Denied(info), None)
                 }
@@ -150,7 +191,7 @@ impl<S: AlgorithmState> Ledger<S> {
     /// let now = Timestamp::from_micros(0);
     /// let (_, hold) = ledger.reserve(now, 10, Timestamp::from_micros(1_000_000), &quota);
     /// ledger.release(now, hold.unwrap(), &quota);
-    /// assert_eq!(ledger, Ledger { round: 1, ..Ledger::default() }); // as if never reserved
+    /// assert_eq!(ledger, Ledger::starting_at(1)); // as if never reserved
     /// # Ok::<(), ratewarden_core::QuotaError>(())
     /// ```
     pub fn release(&mut self, now: Timestamp, hold: Hold, quota: &Quota) {
@@ -245,17 +286,45 @@ impl<S: AlgorithmState> Ledger<S> {
         self.round = self.round.wrapping_add(1);
     }
 
-    /// Charges as much debt as the state has room for.
+    /// Whether the ledger holds what a store must not forget: live holds, or debt.
+    ///
+    /// ```
+    /// use ratewarden_core::algorithm::{GcraState, Ledger};
+    /// use ratewarden_core::{Quota, Timestamp};
+    /// let mut ledger = Ledger::<GcraState>::default();
+    /// let t = Timestamp::from_micros;
+    /// ledger.reserve(t(0), 1, t(10), &Quota::per_minute(10)?);
+    /// assert!(ledger.is_pinned(t(9)) && !ledger.is_pinned(t(10)));
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    #[must_use]
+    pub fn is_pinned(&self, now: Timestamp) -> bool {
+        self.debt > 0 || self.held_at(now) > 0
+    }
+
+    /// Repays debt: into the state as far as it has room, and at least at the quota's rate
+    /// since the last repayment (the state was full since: its refill went to the debt
+    /// whether or not anyone asked; a state caps its room at the burst, so an idle key
+    /// would otherwise repay a burst at a time).
     fn repay(&mut self, now: Timestamp, quota: &Quota) {
         if self.debt == 0 {
+            self.repaid_at = 0;
             return;
         }
         let room = self.state.clone().check(now, 0, quota).info().remaining();
         let pay = room.min(self.debt).min(u64::from(quota.burst()));
         let pay = u32::try_from(pay).unwrap_or(0);
+        let mut repaid = 0;
         if pay > 0 && self.state.check(now, pay, quota).is_allowed() {
-            self.debt -= u64::from(pay);
+            repaid = u64::from(pay);
         }
+        let n = now.as_micros();
+        if self.repaid_at > 0 {
+            let since = n.saturating_sub(self.repaid_at);
+            repaid = repaid.max(since / quota.emission_interval_micros().max(1));
+        }
+        self.debt = self.debt.saturating_sub(repaid);
+        self.repaid_at = if self.debt > 0 { n.max(1) } else { 0 };
     }
 }
 

@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
-use ratewarden_core::algorithm::{AlgorithmState, Hold, Ledger};
+use ratewarden_core::algorithm::{
+    AlgorithmState, FixedWindowState, GcraState, Hold, Ledger, SlidingLogState, SlidingWindowState,
+    TokenBucketState,
+};
 use ratewarden_core::{
     Algorithm, Clock, Decision, Decisions, Key, Limit, MAX_LIMITS, Quota, Reservation, StoreError,
-    StoreErrorKind, Timestamp,
+    StoreErrorKind, Timestamp, merged,
 };
 
 use super::{EVICT_ELSEWHERE, Inner, MemoryStore, Op};
@@ -16,8 +19,18 @@ use crate::slot::{LedgerSlot, Slot};
 /// What to do with a reserved limit's ledger.
 #[derive(Clone, Copy)]
 enum LedgerOp {
-    Reserve { units: u32, lapse_at: Timestamp },
-    Settle { hold: Hold, actual: u32 },
+    /// Decide a reservation of `units`, holding nothing.
+    Probe {
+        units: u32,
+    },
+    Reserve {
+        units: u32,
+        lapse_at: Timestamp,
+    },
+    Settle {
+        hold: Hold,
+        actual: u32,
+    },
     Refund(u32),
 }
 
@@ -28,7 +41,7 @@ impl LedgerOp {
         match self {
             Self::Reserve { .. } => true,
             Self::Settle { actual, .. } => actual > 0,
-            Self::Refund(_) => false,
+            Self::Probe { .. } | Self::Refund(_) => false,
         }
     }
 
@@ -39,6 +52,7 @@ impl LedgerOp {
         quota: &Quota,
     ) -> Option<(Decision, Option<Hold>)> {
         match self {
+            Self::Probe { units } => Some((ledger.probe(now, units, quota), None)),
             Self::Reserve { units, lapse_at } => Some(ledger.reserve(now, units, lapse_at, quota)),
             Self::Settle { hold, actual } => {
                 ledger.settle(now, hold, actual, quota);
@@ -56,9 +70,10 @@ impl<C: Clock> MemoryStore<C> {
     /// Holds the estimates of `limits` for `hold`, synchronously: what
     /// [`Store::reserve`](ratewarden_core::Store::reserve) returns, without a future.
     ///
-    /// Each counted limit is held in turn; should one deny, the holds already made are
-    /// released (exactly: a release undoes its hold), so a denied reservation leaves every
-    /// ledger as it was. A limit on the same state twice holds twice.
+    /// Every limit first decides holding nothing (limits on one state together), so a
+    /// reservation one limit denies leaves every ledger as it was; then each counted limit
+    /// is held in turn, and should one have been filled by another request in between, the
+    /// holds already made are released. A limit on the same state twice holds twice.
     ///
     /// # Errors
     ///
@@ -92,6 +107,36 @@ impl<C: Clock> MemoryStore<C> {
         let inner = &self.inner;
         let now = inner.clock.now();
         let lapse_at = now.saturating_add(hold);
+        // First every limit decides, holding nothing (limits on one state together), so
+        // that a request one limit denies leaves every ledger as it was.
+        let (states, of) = merged(limits);
+        let decided: Vec<Decision> = states
+            .iter()
+            .map(|limit| {
+                let (key, quota) = (limit.key(), limit.quota());
+                if limit.is_counted() {
+                    let probe = LedgerOp::Probe {
+                        units: limit.cost(),
+                    };
+                    match inner.on_ledger(key, quota, now, probe) {
+                        Some((decision, _)) => decision,
+                        // No ledger yet: a fresh one's answer.
+                        None => fresh_probe(quota, now, limit.cost()),
+                    }
+                } else {
+                    inner.run(key, quota, now, Op::Probe(limit.cost()))
+                }
+            })
+            .collect();
+        let each = |decided: &[Decision]| match of.as_slice() {
+            [one] => Decisions::from(decided[*one]),
+            _ => Decisions::from(of.iter().map(|&s| decided[s]).collect::<Vec<_>>()),
+        };
+        if !decided.iter().all(Decision::is_allowed) {
+            return Ok(Reservation::new(each(&decided), Vec::new()));
+        }
+        // Then each counted limit is held; one that another request filled in between
+        // denies, and the holds made are released.
         let mut decisions = Vec::with_capacity(limits.len());
         let mut held = Vec::with_capacity(limits.len());
         for limit in limits {
@@ -106,7 +151,7 @@ impl<C: Clock> MemoryStore<C> {
                 .on_ledger(key, quota, now, reserve)
                 .unwrap_or_else(|| (inner.refuse(quota), None));
             if let Some(hold) = hold {
-                held.push((limit.clone(), u64::from(hold.round)));
+                held.push((limit.clone(), hold.round));
             }
             decisions.push(decision);
         }
@@ -183,6 +228,20 @@ impl<C: Clock> MemoryStore<C> {
     }
 }
 
+/// A reservation of `units` on a ledger not made yet: a fresh ledger's decision.
+fn fresh_probe(quota: &Quota, now: Timestamp, units: u32) -> Decision {
+    fn probe<S: AlgorithmState>(quota: &Quota, now: Timestamp, units: u32) -> Decision {
+        Ledger::<S>::default().probe(now, units, quota)
+    }
+    match quota.algorithm() {
+        Algorithm::Gcra => probe::<GcraState>(quota, now, units),
+        Algorithm::TokenBucket => probe::<TokenBucketState>(quota, now, units),
+        Algorithm::FixedWindow => probe::<FixedWindowState>(quota, now, units),
+        Algorithm::SlidingWindow => probe::<SlidingWindowState>(quota, now, units),
+        Algorithm::SlidingLog => probe::<SlidingLogState>(quota, now, units),
+    }
+}
+
 fn held_in<S: AlgorithmState>(
     cell: &OverflowTable<LedgerSlot<S>>,
     key: &AnyKey,
@@ -207,7 +266,7 @@ impl<C: Clock> Inner<C> {
         for (limit, ticket) in held.iter().rev() {
             let hold = Hold {
                 units: limit.cost(),
-                round: u32::try_from(*ticket).unwrap_or(u32::MAX),
+                round: *ticket,
             };
             let settle = LedgerOp::Settle { hold, actual };
             let _ = self.on_ledger(limit.key(), limit.quota(), now, settle);

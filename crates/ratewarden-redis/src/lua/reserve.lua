@@ -5,8 +5,8 @@
 -- does meanwhile.
 --
 -- KEYS  per limit: a held limit's state (its name with `:r`, apart from the state checks
---       count) and its holds (`:h`, a hash: hold id -> "units:lapse_at_us", and `d` -> the
---       debt); a probe's state (its key's own, read only)
+--       count) and its holds (`:h`, a hash: hold id -> "units:lapse_at_us", `d` -> the
+--       debt, `a` -> when it was last repaid, µs); a probe's state (its key's own, read only)
 -- ARGV  ARGV[1] the hold time in µs (reserve) or the actual units (settle) or the units given
 --       back (refund); then per limit 7: its algorithm's letter, its number of keys (2 held,
 --       1 a probe), its mode ('c' or 'q'), its missing-state letter, its numbers (args.lua:
@@ -81,14 +81,17 @@ local function now_of(limit)
   return at
 end
 
--- The units of the live holds, how many there are, and the debt; lapsed holds are dropped.
+-- The units of the live holds, how many there are, the debt and when it was last repaid;
+-- lapsed holds are dropped.
 local function read_ledger(limit, now)
   local fields = redis.call('HGETALL', limit.holds)
-  local held, count, debt = 0, 0, 0
+  local held, count, debt, since = 0, 0, 0, 0
   for i = 1, #fields, 2 do
     local name, value = fields[i], fields[i + 1]
     if name == 'd' then
       debt = tonumber(value) or 0
+    elseif name == 'a' then
+      since = tonumber(value) or 0
     else
       local units, lapse = string.match(value, '^(%d+):(%d+)$')
       units, lapse = tonumber(units), tonumber(lapse)
@@ -100,30 +103,46 @@ local function read_ledger(limit, now)
       end
     end
   end
-  return held, count, debt
+  return held, count, debt, since
 end
 
--- Charges as much of `debt` as the state has room for; returns what is still owed.
-local function repay(limit, debt)
+-- The debt and when it was last repaid.
+local function read_debt(limit)
+  local fields = redis.call('HMGET', limit.holds, 'd', 'a')
+  return tonumber(fields[1]) or 0, tonumber(fields[2]) or 0
+end
+
+-- Repays `debt` (last repaid at `since`): into the state as far as it has room, and at
+-- least at the quota's rate since (the state was full: its refill went to the debt); as
+-- ratewarden-core's `Ledger` repays. Returns what is still owed and when it was repaid.
+local function repay(limit, debt, since, now)
   if debt <= 0 then
-    return 0
+    return 0, 0
   end
   local room = probe(limit, 0)[3]
   local pay = math.min(debt, room, limit.args[5])
+  local repaid = 0
   if pay > 0 and decide_as(limit, 'c', pay)[1] == 1 then
-    debt = debt - pay
+    repaid = pay
   end
-  return debt
+  if since > 0 then
+    repaid = math.max(repaid, idiv(at_least_zero(now - since), math.max(limit.interval, 1)))
+  end
+  debt = at_least_zero(debt - repaid)
+  if debt > 0 then
+    return debt, math.max(now, 1)
+  end
+  return 0, 0
 end
 
 -- Writes the debt, and keeps the holds' hash at least until `until_us` (µs from now) and,
 -- while debt is owed, until it could have been repaid.
-local function keep(limit, debt, until_us)
+local function keep(limit, debt, since, until_us)
   if debt > 0 then
-    redis.call('HSET', limit.holds, 'd', debt)
+    redis.call('HSET', limit.holds, 'd', debt, 'a', since)
     until_us = math.max(until_us, (debt + limit.args[5]) * limit.interval + limit.args[7])
   else
-    redis.call('HDEL', limit.holds, 'd')
+    redis.call('HDEL', limit.holds, 'd', 'a')
   end
   if redis.call('EXISTS', limit.holds) == 1 then
     local ms = idiv(until_us + 999, 1000) + 1000
@@ -144,19 +163,21 @@ local function reserve(KEYS, ARGV)
     local r
     limit.now = now_of(limit)
     if limit.holds then
-      local held, count, debt = read_ledger(limit, limit.now)
-      debt = repay(limit, debt)
-      keep(limit, debt, 0)
+      local held, count, debt, since = read_ledger(limit, limit.now)
+      debt, since = repay(limit, debt, since, limit.now)
+      keep(limit, debt, since, 0)
       local burst = limit.args[5]
       local wanted = held + debt + (pending[limit.holds] or 0) + limit.cost
       if limit.cost > burst then
         r = probe(limit, limit.cost)
       elseif wanted > burst or count >= MAX_HOLDS then
-        -- Room for the units, not beside what is held and owed: when some of it ends.
+        -- Room for the units, not beside what is held and owed: when all of it would fit,
+        -- the holds settled at their estimates (ratewarden-core's `Ledger::reserve`).
+        local room = probe(limit, 0)[3]
         r = probe(limit, math.min(limit.cost, burst))
         r[1] = 0
         r[3] = 0
-        r[5] = math.max(r[5], limit.interval)
+        r[5] = math.max(r[5], math.max(wanted - room, 1) * limit.interval)
       else
         r = probe(limit, wanted)
       end
@@ -172,7 +193,8 @@ local function reserve(KEYS, ARGV)
       if limit.holds then
         redis.call('HSET', limit.holds, limit.id,
           string.format('%.0f:%.0f', limit.cost, limit.now + hold_us))
-        keep(limit, tonumber(redis.call('HGET', limit.holds, 'd')) or 0, hold_us)
+        local debt, since = read_debt(limit)
+        keep(limit, debt, since, hold_us)
       end
     end
   end
@@ -185,9 +207,14 @@ local function settle(KEYS, ARGV)
   local actual = tonumber(ARGV[1]) or error('rl: malformed limits')
   for _, limit in ipairs(ledger_limits(KEYS, ARGV)) do
     if limit.holds then
-      local debt = tonumber(redis.call('HGET', limit.holds, 'd')) or 0
+      local debt, since = read_debt(limit)
       redis.call('HDEL', limit.holds, limit.id)
-      keep(limit, repay(limit, debt + actual), 0)
+      local now = now_of(limit)
+      if debt == 0 then
+        since = 0
+      end
+      debt, since = repay(limit, debt + actual, since, now)
+      keep(limit, debt, since, 0)
     end
   end
   return ''
@@ -198,9 +225,9 @@ local function give_back(KEYS, ARGV)
   local units = tonumber(ARGV[1]) or error('rl: malformed limits')
   for _, limit in ipairs(ledger_limits(KEYS, ARGV)) do
     if limit.holds then
-      local debt = tonumber(redis.call('HGET', limit.holds, 'd')) or 0
+      local debt, since = read_debt(limit)
       local from_debt = math.min(debt, units)
-      keep(limit, debt - from_debt, 0)
+      keep(limit, debt - from_debt, since, 0)
       if units > from_debt then
         local now = now_of(limit)
         limit.args[9] = now

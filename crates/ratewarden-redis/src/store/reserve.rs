@@ -19,7 +19,7 @@ use crate::script::{Call, Counter, Entry, Ledger, Mode, Reply, figures};
 
 impl RedisStore {
     /// Holds `limits` for `hold` at `now` (`None`: Redis's clock).
-    pub(super) async fn reserve_at(
+    pub(super) async fn reserve_on(
         &self,
         limits: &[Limit],
         hold: Duration,
@@ -102,7 +102,7 @@ impl RedisStore {
                 .filter_map(|&i| Some((limits[i].clone(), ids[i]?)))
                 .collect();
             if !release.is_empty()
-                && let Err(error) = self.settle_at(&release, 0, now).await
+                && let Err(error) = self.settle_on(&release, 0, now).await
             {
                 crate::log::refund_failed(&error);
             }
@@ -126,7 +126,7 @@ impl RedisStore {
     }
 
     /// Ends the holds `held` (each limit with its hold's id), charging `actual` to each.
-    pub(super) async fn settle_at(
+    pub(super) async fn settle_on(
         &self,
         held: &[(Limit, u64)],
         actual: u32,
@@ -156,7 +156,7 @@ impl RedisStore {
     }
 
     /// Gives back `units` of `key`'s reserved state under `quota`.
-    pub(super) async fn refund_at(
+    pub(super) async fn refund_on(
         &self,
         key: &Key,
         quota: &Quota,

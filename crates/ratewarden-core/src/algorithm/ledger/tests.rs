@@ -299,3 +299,28 @@ fn a_sliding_log_ledger_holds_and_settles_like_the_others() {
             .is_allowed()
     );
 }
+
+#[test]
+fn a_key_in_debt_is_told_when_its_debt_is_repaid_and_admitted_then() {
+    // One settle far over the estimate: 1,000 units on 10 a minute. A client that waits the
+    // retry it is told is admitted at its first try, however few times it asked meanwhile.
+    let quota = Quota::per_minute(10).unwrap(); // one unit per 6 s
+    let mut ledger = Ledger::<GcraState>::default();
+    let t = |s: u64| Timestamp::from_micros(1_000_000 + s * 1_000_000);
+    let lapse = t(100_000);
+    let (_, hold) = ledger.reserve(t(0), 1, lapse, &quota);
+    ledger.settle(t(0), hold.unwrap(), 1_000, &quota);
+    let (denied, _) = ledger.reserve(t(0), 1, lapse, &quota);
+    let retry = denied.info().retry_after().as_secs();
+    // 990 owed beyond the burst, and the unit asked for: 991 × 6 s.
+    assert!((5_940..=5_950).contains(&retry), "retry after {retry} s");
+    assert!(
+        !ledger
+            .reserve(t(retry - 60), 1, lapse, &quota)
+            .0
+            .is_allowed()
+    );
+    let (admitted, _) = ledger.reserve(t(retry), 1, lapse, &quota);
+    assert!(admitted.is_allowed(), "{admitted:?}");
+    // Over the whole time: 1,001 units in 5,946 s, at most 10 + 5,946 / 6 = 1,001.
+}
