@@ -41,9 +41,10 @@ fn held_in_redis(query: impl Fn(&redis::Cmd) -> redis::Value, prefix: &str) -> u
             if field == "d" {
                 continue;
             }
-            let (units, lapse) = value.split_once(':').unwrap();
-            if lapse.parse::<u64>().unwrap() > now_us {
-                held += units.parse::<u64>().unwrap();
+            // units:lapse_at:hold
+            let parts: Vec<u64> = value.split(':').map(|n| n.parse().unwrap()).collect();
+            if parts[1] > now_us {
+                held += parts[0];
             }
         }
     }
@@ -487,4 +488,101 @@ async fn reservations_in_redis_decide_as_the_core_ledger_does() {
     run::<FixedWindowState>(&store, "20/min fixed-window", 3).await;
     run::<SlidingWindowState>(&store, "20/min sliding-window", 4).await;
     run::<SlidingLogState>(&store, "20/min sliding-log", 5).await;
+}
+
+/// A settle of centuries of debt (`u32::MAX` units on `1/day`) leaves the key denied, with
+/// its retry, never failing: Redis keeps the hash for as long as an expiry can say, and the
+/// retry stays a number a reply holds.
+#[tokio::test]
+async fn a_debt_of_centuries_denies_and_never_fails() {
+    let server = RedisServer::start();
+    let store = store(&server, "rv-huge").await;
+    let quota = Quota::per_day(1).unwrap();
+    let key = Key::from("k");
+    let one = Limit::new(key.clone(), quota, 1);
+    for actual in [200_000, u32::MAX] {
+        let r = store
+            .reserve(std::slice::from_ref(&one), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(r.is_allowed() || actual == u32::MAX);
+        store.settle(r, actual).await.unwrap();
+        let denied = store
+            .reserve(std::slice::from_ref(&one), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(!denied.is_allowed());
+        let retry = denied.decisions().as_slice()[0].info().retry_after();
+        assert!(retry > Duration::from_secs(86_400 * 365), "retry {retry:?}");
+        store.refund(&key, &quota, 1).await.unwrap();
+    }
+}
+
+/// A holds hash a client overwrote (a key of another type, a debt that is no number) denies
+/// the key, never fails it or lets it through.
+#[tokio::test]
+async fn a_garbled_holds_hash_denies_and_never_fails() {
+    let server = RedisServer::start();
+    let store = store(&server, "rv-garble").await;
+    let quota = Quota::per_hour(10).unwrap();
+    let one = |k: &str| Limit::new(Key::from(k), quota, 1);
+    for (k, garble) in [("wrong-type", ["SET", "x"]), ("inf-debt", ["HSET", "d"])] {
+        let r = store
+            .reserve(&[one(k)], Duration::from_secs(5))
+            .await
+            .unwrap();
+        let names: Vec<String> = server
+            .query(redis::cmd("KEYS").arg(format!("rv-garble:*{k}*:h")))
+            .unwrap();
+        let name = &names[0];
+        store.release(r).await.unwrap();
+        let mut cmd = redis::cmd(garble[0]);
+        cmd.arg(name).arg(garble[1]);
+        if garble[0] == "HSET" {
+            cmd.arg("inf");
+        } else {
+            let _: () = server.query(redis::cmd("DEL").arg(name)).unwrap();
+        }
+        let _: () = server.query(&cmd).unwrap();
+        let decided = store
+            .reserve(&[one(k)], Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(
+            !decided.is_allowed(),
+            "{k}: a garbled hash let the key through"
+        );
+    }
+}
+
+/// Redis's clock stepped back an hour: holds never settled still lapse a hold time after,
+/// not an hour and a hold time.
+#[tokio::test]
+async fn holds_lapse_after_their_hold_time_when_the_servers_clock_steps_back() {
+    let server = RedisServer::start_with_shifted_clock();
+    let store = store(&server, "rv-step").await;
+    let quota = Quota::per_hour(10).unwrap();
+    let all = Limit::new(Key::from("k"), quota, 10);
+    let r = store
+        .reserve(std::slice::from_ref(&all), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(r.is_allowed());
+    std::mem::forget(r);
+    server.shift_clock(-3_600);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The next reservation sees the step: the hold lapses a hold time from then.
+    assert!(
+        !store
+            .reserve(std::slice::from_ref(&all), Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let again = store.reserve(&[all], Duration::from_secs(1)).await.unwrap();
+    assert!(
+        again.is_allowed(),
+        "the hold lapsed a hold time after the step"
+    );
 }

@@ -2,8 +2,8 @@
 //! 5 quotas of mixed algorithms, on one key (one script call each), and of 3 limits on 3 keys,
 //! against a check of one GCRA quota, one at a time on one server (no batching), by
 //! `INFO commandstats`: script calls per request and the microseconds of Redis CPU per
-//! request. `benches/scripts/redis_limits.sh` starts the
-//! server.
+//! request; then a reservation and its settle of one GCRA quota (`reserve`, `settle`).
+//! `benches/scripts/redis_limits.sh` starts the server.
 //!
 //! `redis_limits REDIS_URL REQUESTS`
 
@@ -108,5 +108,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             calls as f64 / requests as f64
         );
     }
+    // A reservation and its settle, one quota: two calls, one at each end of a request.
+    let hold = Duration::from_secs(60);
+    let reserve_settle = async |i: u64| -> Result<(), ratewarden_core::StoreError> {
+        let limit = Limit::new(Key::from(i % 1_000), quotas[0], 2);
+        let reservation = store.reserve(&[limit], hold).await?;
+        store.settle(reservation, 1).await
+    };
+    for i in 0..2_000 {
+        reserve_settle(i).await?;
+    }
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .exec(&mut client.get_connection()?)?;
+    for i in 0..requests {
+        reserve_settle(i).await?;
+    }
+    let (calls, usec) = scripts(&client)?;
+    let per = usec as f64 / requests as f64;
+    println!(
+        "| one quota reserved and settled (`reserve` + `settle`) | {:.2} | {per:.2} | {:.2} |",
+        calls as f64 / requests as f64,
+        per / base.unwrap_or(per)
+    );
     Ok(())
 }

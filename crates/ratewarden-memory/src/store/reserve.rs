@@ -107,6 +107,22 @@ impl<C: Clock> MemoryStore<C> {
         let inner = &self.inner;
         let now = inner.clock.now();
         let lapse_at = now.saturating_add(hold);
+        if let [one] = limits
+            && one.is_counted()
+        {
+            // One limit: decided and held at once, under its ledger's lock.
+            let reserve = LedgerOp::Reserve {
+                units: one.cost(),
+                lapse_at,
+            };
+            let (decision, hold) = inner
+                .on_ledger(one.key(), one.quota(), now, reserve)
+                .unwrap_or_else(|| (inner.refuse(one.quota()), None));
+            let held = hold
+                .map(|h| vec![(one.clone(), h.round)])
+                .unwrap_or_default();
+            return Ok(Reservation::new(Decisions::from(decision), held));
+        }
         // First every limit decides, holding nothing (limits on one state together), so
         // that a request one limit denies leaves every ledger as it was.
         let (states, of) = merged(limits);

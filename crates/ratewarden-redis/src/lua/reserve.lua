@@ -5,8 +5,9 @@
 -- does meanwhile.
 --
 -- KEYS  per limit: a held limit's state (its name with `:r`, apart from the state checks
---       count) and its holds (`:h`, a hash: hold id -> "units:lapse_at_us", `d` -> the
---       debt, `a` -> when it was last repaid, µs); a probe's state (its key's own, read only)
+--       count) and its holds (`:h`, a hash: hold id -> "units:lapse_at_us:hold_us", `d` ->
+--       the debt, `a` -> when it was last repaid, µs); a probe's state (its key's own, read
+--       only)
 -- ARGV  ARGV[1] the hold time in µs (reserve) or the actual units (settle) or the units given
 --       back (refund); then per limit 7: its algorithm's letter, its number of keys (2 held,
 --       1 a probe), its mode ('c' or 'q'), its missing-state letter, its numbers (args.lua:
@@ -17,6 +18,10 @@
 -- The most live holds on one key: a reservation beyond them is denied, so a key's hash
 -- stays small enough to read whole at each reservation.
 local MAX_HOLDS = 1000
+-- The longest a hash is kept (ms, about 35 years) and the longest retry told (µs): a debt
+-- of centuries stays within what `PEXPIRE` and a reply's numbers (below 2^53) hold.
+local MAX_KEEP_MS = 2 ^ 40
+local MAX_RETRY_US = 2 ^ 52
 
 local function ledger_limits(KEYS, ARGV)
   local n = (#ARGV - 1) / 7
@@ -81,20 +86,49 @@ local function now_of(limit)
   return at
 end
 
+-- The debt and when it was last repaid, read from the hash's fields: a field that cannot be
+-- read (garbage, a number out of range) counts as a burst owed, never as nothing.
+local function debt_of(limit, d, a)
+  local debt, since = 0, 0
+  if d then
+    debt = stored_number(d) or limit.args[5]
+  end
+  if a then
+    since = stored_number(a) or 0
+  end
+  return debt, since
+end
+
+-- The holds' hash, read whole; one that cannot be read (a key of another type) is replaced
+-- by a burst owed: the key is denied until it would have refilled, never let through.
+local function hash_fields(limit)
+  local fields = redis.pcall('HGETALL', limit.holds)
+  if fields.err then
+    redis.call('DEL', limit.holds)
+    return {'d', limit.args[5]}
+  end
+  return fields
+end
+
 -- The units of the live holds, how many there are, the debt and when it was last repaid;
--- lapsed holds are dropped.
+-- lapsed holds are dropped. A hold whose lapse is further than its own hold time from now
+-- (the server's clock stepped back) lapses a hold time from now.
 local function read_ledger(limit, now)
-  local fields = redis.call('HGETALL', limit.holds)
-  local held, count, debt, since = 0, 0, 0, 0
+  local fields = hash_fields(limit)
+  local held, count, d, a = 0, 0, nil, nil
   for i = 1, #fields, 2 do
     local name, value = fields[i], fields[i + 1]
     if name == 'd' then
-      debt = tonumber(value) or 0
+      d = value
     elseif name == 'a' then
-      since = tonumber(value) or 0
+      a = value
     else
-      local units, lapse = string.match(value, '^(%d+):(%d+)$')
-      units, lapse = tonumber(units), tonumber(lapse)
+      local units, lapse, hold = string.match(value, '^(%d+):(%d+):(%d+)$')
+      units, lapse, hold = tonumber(units), tonumber(lapse), tonumber(hold)
+      if units and lapse > now + hold then
+        lapse = now + hold
+        redis.call('HSET', limit.holds, name, string.format('%.0f:%.0f:%.0f', units, lapse, hold))
+      end
       if not units or lapse <= now then
         redis.call('HDEL', limit.holds, name)
       else
@@ -103,13 +137,25 @@ local function read_ledger(limit, now)
       end
     end
   end
+  local debt, since = debt_of(limit, d, a)
   return held, count, debt, since
 end
 
 -- The debt and when it was last repaid.
 local function read_debt(limit)
-  local fields = redis.call('HMGET', limit.holds, 'd', 'a')
-  return tonumber(fields[1]) or 0, tonumber(fields[2]) or 0
+  local fields = redis.pcall('HMGET', limit.holds, 'd', 'a')
+  if fields.err then
+    redis.call('DEL', limit.holds)
+    return limit.args[5], 0
+  end
+  local d, a = fields[1], fields[2]
+  if not d then
+    d = nil
+  end
+  if not a then
+    a = nil
+  end
+  return debt_of(limit, d, a)
 end
 
 -- Repays `debt` (last repaid at `since`): into the state as far as it has room, and at
@@ -125,8 +171,8 @@ local function repay(limit, debt, since, now)
   if pay > 0 and decide_as(limit, 'c', pay)[1] == 1 then
     repaid = pay
   end
-  if since > 0 then
-    repaid = math.max(repaid, idiv(at_least_zero(now - since), math.max(limit.interval, 1)))
+  if since > 0 and since <= now then
+    repaid = math.max(repaid, idiv(now - since, math.max(limit.interval, 1)))
   end
   debt = at_least_zero(debt - repaid)
   if debt > 0 then
@@ -139,15 +185,16 @@ end
 -- while debt is owed, until it could have been repaid.
 local function keep(limit, debt, since, until_us)
   if debt > 0 then
-    redis.call('HSET', limit.holds, 'd', debt, 'a', since)
+    redis.call('HSET', limit.holds, 'd', string.format('%.0f', debt), 'a',
+      string.format('%.0f', since))
     until_us = math.max(until_us, (debt + limit.args[5]) * limit.interval + limit.args[7])
   else
     redis.call('HDEL', limit.holds, 'd', 'a')
   end
   if redis.call('EXISTS', limit.holds) == 1 then
-    local ms = idiv(until_us + 999, 1000) + 1000
+    local ms = math.min(idiv(until_us + 999, 1000) + 1000, MAX_KEEP_MS)
     if redis.call('PTTL', limit.holds) < ms then
-      redis.call('PEXPIRE', limit.holds, ms)
+      redis.call('PEXPIRE', limit.holds, string.format('%.0f', ms))
     end
   end
 end
@@ -177,7 +224,7 @@ local function reserve(KEYS, ARGV)
         r = probe(limit, math.min(limit.cost, burst))
         r[1] = 0
         r[3] = 0
-        r[5] = math.max(r[5], math.max(wanted - room, 1) * limit.interval)
+        r[5] = math.min(math.max(r[5], math.max(wanted - room, 1) * limit.interval), MAX_RETRY_US)
       else
         r = probe(limit, wanted)
       end
@@ -192,7 +239,7 @@ local function reserve(KEYS, ARGV)
     for _, limit in ipairs(limits) do
       if limit.holds then
         redis.call('HSET', limit.holds, limit.id,
-          string.format('%.0f:%.0f', limit.cost, limit.now + hold_us))
+          string.format('%.0f:%.0f:%.0f', limit.cost, limit.now + hold_us, hold_us))
         local debt, since = read_debt(limit)
         keep(limit, debt, since, hold_us)
       end

@@ -22,8 +22,9 @@ use ratewarden_core::{Reservation, Store};
 /// in flight at once ([`Ledger`](ratewarden_core::algorithm::Ledger)). A request whose
 /// inner service fails, whose future is dropped or whose handler panics settles 0; a body
 /// dropped before its end settles what it counted. A store that cannot settle at once
-/// (Redis) settles on a spawned task (on the current tokio runtime; with none, the hold
-/// lapses after [`hold`](super::RateLimitLayer::hold)).
+/// (Redis) settles on a spawned task (on the current tokio runtime). A settle that cannot be
+/// made (no runtime, one shutting down, a store that fails: logged with `tracing`) charges
+/// nothing, and the hold lapses after [`hold`](super::RateLimitLayer::hold).
 ///
 /// Held requests use the store's [`reserve`](Store::reserve): their key's state is apart
 /// from requests counted at once. When the store fails, the
@@ -220,7 +221,15 @@ impl Settling {
                 && let Ok(runtime) = tokio::runtime::Handle::try_current()
             {
                 runtime.spawn(async move {
-                    let _ = store.settle(reservation, actual).await;
+                    // Not settled, the holds lapse after their hold time, the actual
+                    // units uncharged.
+                    let settled = store.settle(reservation, actual).await;
+                    #[cfg(feature = "tracing")]
+                    if let Err(error) = settled {
+                        tracing::warn!(%error, actual, "a held request could not be settled");
+                    }
+                    #[cfg(not(feature = "tracing"))]
+                    let _ = settled;
                 });
             }
         };
