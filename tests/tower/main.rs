@@ -14,3 +14,4 @@ mod policy_plans;
 mod settle;
 mod support;
 mod tenant;
+mod wait;

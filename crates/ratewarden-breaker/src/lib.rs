@@ -624,6 +624,17 @@ impl<S: Store, C: Clock> Store for CircuitBreaker<S, C> {
         self.inner.store.settle_ready(reservation, actual)
     }
 
+    async fn give_back(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        ago: Duration,
+    ) -> Result<(), StoreError> {
+        self.guarded(self.inner.store.give_back(key, quota, cost, ago))
+            .await
+    }
+
     async fn refund(&self, key: &Key, quota: &Quota, units: u32) -> Result<(), StoreError> {
         self.guarded(self.inner.store.refund(key, quota, units))
             .await

@@ -295,6 +295,41 @@ pub trait Store: Send + Sync + 'static {
         }
     }
 
+    /// Gives back `cost` units that [`check`](Self::check) admitted for `key` under `quota`
+    /// `ago` before now: a request admitted to wait for its turn (`.wait` in the tower
+    /// layer) that gave up before its turn came. Never gives back more than the charge still
+    /// holds ([`AlgorithmState::refund`](crate::algorithm::AlgorithmState::refund)). The
+    /// default answers [`StoreErrorKind::Unsupported`].
+    ///
+    /// # Errors
+    ///
+    /// As for [`check`](Self::check).
+    ///
+    /// ```
+    /// # async fn demo(store: impl ratewarden_core::Store) -> Result<(), ratewarden_core::StoreError> {
+    /// use ratewarden_core::{Key, Quota, Store};
+    /// use std::time::Duration;
+    /// let (key, quota) = (Key::from("user-7"), Quota::per_second(10).unwrap());
+    /// store.check(&key, &quota, 1).await?;
+    /// store.give_back(&key, &quota, 1, Duration::from_millis(20)).await?;
+    /// # Ok(()) }
+    /// ```
+    fn give_back(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        ago: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (key, quota, cost, ago);
+        async {
+            Err(StoreError::with_source(
+                StoreErrorKind::Unsupported,
+                "this store cannot give back a check",
+            ))
+        }
+    }
+
     /// Whether a request of cost 1 would be admitted now, without counting it (and without
     /// creating state for an unknown key).
     ///
@@ -387,6 +422,16 @@ impl<S: Store> Store for Arc<S> {
         units: u32,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).refund(key, quota, units)
+    }
+
+    fn give_back(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        ago: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).give_back(key, quota, cost, ago)
     }
 
     fn peek(

@@ -758,6 +758,24 @@ impl<C: Clock> Store for MemoryStore<C> {
         Ok(Ok(()))
     }
 
+    async fn give_back(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+        ago: Duration,
+    ) -> Result<(), StoreError> {
+        let now = self.inner.clock.now();
+        let charged_at = Timestamp::from_nanos(
+            now.as_nanos()
+                .saturating_sub(u64::try_from(ago.as_nanos()).unwrap_or(u64::MAX)),
+        );
+        let _ = self
+            .inner
+            .run(key, quota, now, Op::Refund { cost, charged_at });
+        Ok(())
+    }
+
     async fn refund(&self, key: &Key, quota: &Quota, units: u32) -> Result<(), StoreError> {
         self.refund_sync(key, quota, units);
         Ok(())

@@ -263,6 +263,33 @@ impl<K, St, P, C, R, M> RateLimitLayer<K, St, P, C, R, M> {
         self
     }
 
+    /// Lets a request slightly over its rate wait for its turn, up to `max_delay`, instead of
+    /// being refused: one that conforms to its quota within `max_delay` is admitted at once,
+    /// its units taken then, and goes on to the inner service when it conforms; one that
+    /// would wait longer is refused at once, with `Retry-After`. Requests go on at the
+    /// quota's pace, never faster (at most `burst + t / interval` units in any interval `t`).
+    ///
+    /// For GCRA and the token bucket (the windows have no pace to wait for: their requests
+    /// are decided as without waiting). At most `max_delay / interval` units of a key wait at
+    /// once (`interval = period / count`): 10 per second with a wait of 500 ms lets 5 wait;
+    /// beyond them, requests are refused at once and hold no memory. A request dropped while
+    /// it waits gives its units back ([`Store::give_back`](ratewarden_core::Store::give_back),
+    /// less what time has already given back; a store that cannot, Redis for now, keeps them
+    /// spent). Waiting requests count in a state apart from the quota's without waiting (its
+    /// burst widened by what may wait).
+    ///
+    /// ```
+    /// use ratewarden_tower::{key::PeerIp, MemoryStore, Quota, RateLimitLayer};
+    /// use std::time::Duration;
+    /// let smooth = RateLimitLayer::new(MemoryStore::new(), Quota::per_second(10)?, PeerIp::new())
+    ///     .wait(Duration::from_millis(500));
+    /// # Ok::<(), ratewarden_tower::QuotaError>(())
+    /// ```
+    pub fn wait(mut self, max_delay: Duration) -> Self {
+        self.config.wait = Some(max_delay).filter(|d| !d.is_zero());
+        self
+    }
+
     /// Names the limit in the `RateLimit-Policy` and `RateLimit` fields, metrics and logs
     /// (default `default`), and scopes its keys in the store ([`Key::scoped`](ratewarden_core::Key::scoped)):
     /// layers with different names never share a bucket, even on one store; gateways of a

@@ -65,6 +65,7 @@ mod problem;
 mod rejection;
 mod service;
 mod settle;
+mod wait;
 
 pub use body::ResponseBody;
 pub use cost::{Cost, UnitCost};

@@ -37,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) exempt_preflight: bool,
     /// How long a held request's units stay held unsettled.
     pub(crate) hold: Duration,
+    /// How long a request may wait for its turn instead of being refused (rate algorithms).
+    pub(crate) wait: Option<Duration>,
 }
 
 impl Default for Config {
@@ -51,6 +53,7 @@ impl Default for Config {
             shadow: false,
             exempt_preflight: false,
             hold: Duration::from_secs(60),
+            wait: None,
         }
     }
 }
@@ -340,6 +343,67 @@ impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
 }
 
 impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
+    /// A request that may wait for its turn: decided under its quota widened by the wait,
+    /// its units taken at once; admitted, it waits until it conforms to its quota, then goes
+    /// on (its units given back if it is dropped while it waits).
+    fn waiting<B, ResBody>(
+        &mut self,
+        req: Request<B>,
+        key: Key,
+        turn: super::wait::Turn,
+        cost: u32,
+    ) -> ResponseFuture<S::Future, ResBody, S::Error>
+    where
+        S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
+        B: Send + 'static,
+        ResBody: Send + 'static,
+        K: KeyExtractor<B>,
+        St: Store,
+        P: QuotaPolicy<B>,
+        C: Cost<B>,
+        R: Rejection,
+        M: Settlement<ResBody>,
+    {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        ResponseFuture::boxed(Box::pin(async move {
+            let checked = tokio::time::Instant::now();
+            let result = shared.store.check(&key, &turn.widened, cost).await;
+            let (result, wait) = match result {
+                Ok(decision) => {
+                    let (decision, wait) = turn.decided(decision);
+                    (Ok(decision), wait)
+                }
+                Err(error) => (Err(error), Duration::ZERO),
+            };
+            let owed = Owed::default();
+            match shared.outcome(result, &key, turn.quota, (cost, owed), &req) {
+                Outcome::Allow(headers) => {
+                    if !wait.is_zero() {
+                        let give_back = super::wait::GiveBack::new(
+                            Arc::clone(&shared.store),
+                            key,
+                            turn.widened,
+                            cost,
+                            checked,
+                        );
+                        tokio::time::sleep_until(checked + wait).await;
+                        give_back.disarm();
+                    }
+                    let response = inner.call(req).await?;
+                    Ok(super::future::finish(
+                        response,
+                        Headers::one(headers, shared.config.style),
+                    ))
+                }
+                Outcome::Reject(response) => Ok(response.map(ResponseBody::full)),
+            }
+        }))
+    }
+
     /// A request whose units are held when admitted and settled from its response.
     fn held<B, ResBody>(
         &mut self,
@@ -459,6 +523,12 @@ where
         let cost = shared.cost.cost(&req);
         if M::RESERVES {
             return self.held(req, key, quota, cost);
+        }
+        if let Some(turn) = config
+            .wait
+            .and_then(|max| super::wait::Turn::of(quota, max, cost))
+        {
+            return self.waiting(req, key, turn, cost);
         }
         // What a fallback admitted for the key while the store failed goes with the check.
         let owed = config.failure.carried(&key, &quota, cost);
