@@ -133,3 +133,33 @@ async fn owed_units_are_charged_to_the_quota_they_were_admitted_under() {
 async fn ok(_: http::Request<()>) -> Result<http::Response<String>, std::convert::Infallible> {
     Ok(http::Response::new(String::new()))
 }
+
+/// Units a fallback admitted while the store failed go with a waiting request's check too:
+/// once the store is back they are charged, and no request goes on at once in their place.
+#[tokio::test]
+async fn owed_units_go_with_a_waiting_check() {
+    let (store, down) = flaky();
+    let quota = Quota::per_minute(1).unwrap().with_burst(10).unwrap();
+    let layer = RateLimitLayer::new(store, quota, |_: &Request<()>| Some(Key::from("k")))
+        .wait(Duration::from_secs(120));
+    let mut service = tower::Layer::layer(&layer, tower::service_fn(ok));
+    down.store(true, Ordering::SeqCst);
+    let mut during = 0;
+    for _ in 0..15 {
+        during += u32::from(admitted(&mut service, "/").await);
+    }
+    assert_eq!(during, 10, "the fallback admitted its burst");
+    down.store(false, Ordering::SeqCst);
+    let mut at_once = 0;
+    for _ in 0..15 {
+        let answered =
+            tokio::time::timeout(Duration::from_millis(200), admitted(&mut service, "/"));
+        if answered.await.is_ok_and(|ok| ok) {
+            at_once += 1;
+        }
+    }
+    assert!(
+        at_once <= 1,
+        "{at_once} went on at once after the fallback's 10"
+    );
+}

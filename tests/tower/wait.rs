@@ -153,3 +153,78 @@ async fn a_hundred_thousand_attempts_beyond_what_may_wait_are_refused_at_once() 
     assert!(refused >= 99_990, "{refused} refused");
     drop(waiting);
 }
+
+#[tokio::test]
+async fn a_waiter_dropped_before_another_never_lets_two_go_on_at_once() {
+    // 10/s (one per 100 ms), burst 1, a wait of 1 s. r0 goes on at once, a and b wait; a is
+    // dropped: c's turn comes an interval after b's, never just behind it.
+    for text in ["10/s burst 1", "10/s burst 1 token-bucket"] {
+        let quota: Quota = text.parse().unwrap();
+        let reached = Arc::new(Mutex::new(Vec::new()));
+        let app = app(quota, Duration::from_secs(1), &reached);
+        assert_eq!(send(&app, request()).await.0.status(), StatusCode::OK);
+        let a = tokio::spawn(app.clone().oneshot(request()));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let b = tokio::spawn(app.clone().oneshot(request()));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        a.abort();
+        let _ = a.await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let c = tokio::spawn(app.clone().oneshot(request()));
+        b.await.unwrap().unwrap();
+        c.await.unwrap().unwrap();
+        let reached = reached.lock().unwrap().clone();
+        let (b_at, c_at) = (reached[1], reached[2]);
+        assert!(
+            c_at - b_at >= Duration::from_millis(95),
+            "{text}: b and c {:?} apart",
+            c_at - b_at
+        );
+    }
+}
+
+#[tokio::test]
+async fn shadow_layers_and_requests_of_cost_0_never_wait() {
+    let quota = Quota::per_second(1).unwrap();
+    let shadow = Router::new().route("/", get(|| async { "ok" })).layer(
+        RateLimitLayer::new(MemoryStore::new(), quota, Global)
+            .wait(Duration::from_secs(5))
+            .shadow(true),
+    );
+    let free = Router::new().route("/", get(|| async { "ok" })).layer(
+        RateLimitLayer::new(MemoryStore::new(), quota, Global)
+            .cost_by(|r: &Request<Body>| u32::from(r.uri().query() != Some("free")))
+            .wait(Duration::from_secs(5)),
+    );
+    for (app, uri) in [(&shadow, "/"), (&free, "/?free")] {
+        assert_eq!(
+            send(app, Request::get("/").body(Body::empty()).unwrap())
+                .await
+                .0
+                .status(),
+            StatusCode::OK
+        );
+        let start = Instant::now();
+        let (response, _) = send(app, Request::get(uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(
+            start.elapsed() < Duration::from_millis(100),
+            "{uri} waited {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_wait_longer_than_a_quota_can_hold_still_waits() {
+    let quota = Quota::per_second(1).unwrap();
+    let reached = Arc::new(Mutex::new(Vec::new()));
+    let app = app(quota, Duration::MAX, &reached);
+    assert_eq!(send(&app, request()).await.0.status(), StatusCode::OK);
+    let start = Instant::now();
+    assert_eq!(send(&app, request()).await.0.status(), StatusCode::OK);
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "it waited its turn"
+    );
+}

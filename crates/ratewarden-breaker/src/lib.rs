@@ -630,8 +630,9 @@ impl<S: Store, C: Clock> Store for CircuitBreaker<S, C> {
         quota: &Quota,
         cost: u32,
         ago: Duration,
+        fresh_in: Duration,
     ) -> Result<(), StoreError> {
-        self.guarded(self.inner.store.give_back(key, quota, cost, ago))
+        self.guarded(self.inner.store.give_back(key, quota, cost, ago, fresh_in))
             .await
     }
 

@@ -296,10 +296,13 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Gives back `cost` units that [`check`](Self::check) admitted for `key` under `quota`
-    /// `ago` before now: a request admitted to wait for its turn (`.wait` in the tower
-    /// layer) that gave up before its turn came. Never gives back more than the charge still
-    /// holds ([`AlgorithmState::refund`](crate::algorithm::AlgorithmState::refund)). The
-    /// default answers [`StoreErrorKind::Unsupported`].
+    /// `ago` before now, whose decision said the state would be fresh `fresh_in` after it
+    /// ([`Info::reset_after`](crate::Info::reset_after)): a request admitted to wait for
+    /// its turn (`.wait` in the tower layer) that gave up before its turn came. Only while
+    /// nothing was counted on the state since (a later charge's turn is fixed: the hole
+    /// left before it cannot be handed on), and never more than the charge still holds
+    /// ([`AlgorithmState::refund`](crate::algorithm::AlgorithmState::refund)). The default
+    /// answers [`StoreErrorKind::Unsupported`].
     ///
     /// # Errors
     ///
@@ -310,8 +313,9 @@ pub trait Store: Send + Sync + 'static {
     /// use ratewarden_core::{Key, Quota, Store};
     /// use std::time::Duration;
     /// let (key, quota) = (Key::from("user-7"), Quota::per_second(10).unwrap());
-    /// store.check(&key, &quota, 1).await?;
-    /// store.give_back(&key, &quota, 1, Duration::from_millis(20)).await?;
+    /// let decided = store.check(&key, &quota, 1).await?;
+    /// let fresh_in = decided.info().reset_after();
+    /// store.give_back(&key, &quota, 1, Duration::from_millis(20), fresh_in).await?;
     /// # Ok(()) }
     /// ```
     fn give_back(
@@ -320,8 +324,9 @@ pub trait Store: Send + Sync + 'static {
         quota: &Quota,
         cost: u32,
         ago: Duration,
+        fresh_in: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = (key, quota, cost, ago);
+        let _ = (key, quota, cost, ago, fresh_in);
         async {
             Err(StoreError::with_source(
                 StoreErrorKind::Unsupported,
@@ -430,8 +435,9 @@ impl<S: Store> Store for Arc<S> {
         quota: &Quota,
         cost: u32,
         ago: Duration,
+        fresh_in: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).give_back(key, quota, cost, ago)
+        (**self).give_back(key, quota, cost, ago, fresh_in)
     }
 
     fn peek(

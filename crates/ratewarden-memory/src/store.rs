@@ -312,10 +312,12 @@ enum Op {
     Peek,
     /// A check of this cost that changes nothing.
     Probe(u32),
-    /// Gives back a cost a check admitted.
+    /// Gives back a cost a check admitted; with `last`, only if the state is still as
+    /// that check left it (fresh by `last`, µs: nothing counted since).
     Refund {
         cost: u32,
         charged_at: Timestamp,
+        last: Option<u64>,
     },
     Remove,
 }
@@ -354,7 +356,9 @@ trait Decide: Slot {
     ) -> (Decision, Timestamp);
     /// Runs `f` on the state as it is.
     fn inspect<R>(&self, f: impl FnOnce(&Self::State) -> R) -> R;
-    fn refund(&self, now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota);
+    /// Gives back `cost` charged at `.0`; with `.1`, only if the state is fresh by then
+    /// (nothing counted since the charge).
+    fn refund(&self, now: Timestamp, charged: (Timestamp, Option<u64>), cost: u32, quota: &Quota);
 }
 
 impl Decide for AtomicU64 {
@@ -380,10 +384,14 @@ impl Decide for AtomicU64 {
         })
     }
 
-    fn refund(&self, now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota) {
+    fn refund(&self, now: Timestamp, charged: (Timestamp, Option<u64>), cost: u32, quota: &Quota) {
         use std::sync::atomic::Ordering;
+        let (charged_at, last) = charged;
         let _ = self.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
             let mut state = GcraState { tat };
+            if last.is_some_and(|last| state.fresh_at(quota) > last) {
+                return None;
+            }
             state.refund(now, charged_at, cost, quota);
             Some(state.tat)
         });
@@ -419,8 +427,13 @@ where
         f(&self.lock().0)
     }
 
-    fn refund(&self, now: Timestamp, charged_at: Timestamp, cost: u32, quota: &Quota) {
-        self.update(quota, |state| state.refund(now, charged_at, cost, quota));
+    fn refund(&self, now: Timestamp, charged: (Timestamp, Option<u64>), cost: u32, quota: &Quota) {
+        let (charged_at, last) = charged;
+        self.update(quota, |state| {
+            if !last.is_some_and(|last| state.fresh_at(quota) > last) {
+                state.refund(now, charged_at, cost, quota);
+            }
+        });
     }
 }
 
@@ -500,7 +513,11 @@ impl<C: Clock> Inner<C> {
                 limit.key(),
                 limit.quota(),
                 now,
-                Op::Refund { cost, charged_at },
+                Op::Refund {
+                    cost,
+                    charged_at,
+                    last: None,
+                },
             );
         }
     }
@@ -666,9 +683,13 @@ impl<C: Clock> Inner<C> {
                     slot.inspect(|s| s.clone().check(now, cost, quota))
                 })
                 .map_or(Outcome::Absent, Outcome::Decided),
-            Op::Refund { cost, charged_at } => {
+            Op::Refund {
+                cost,
+                charged_at,
+                last,
+            } => {
                 table.get(hash, probe, |slot| {
-                    slot.refund(now, charged_at, cost, quota)
+                    slot.refund(now, (charged_at, last), cost, quota)
                 });
                 Outcome::Absent
             }
@@ -758,21 +779,34 @@ impl<C: Clock> Store for MemoryStore<C> {
         Ok(Ok(()))
     }
 
+    /// Gives back only while nothing was counted on the state since the check (its state
+    /// as the check left it): a charge made after it stands where it is, and a hole before
+    /// it cannot be given to a later check without letting two go on at once.
     async fn give_back(
         &self,
         key: &Key,
         quota: &Quota,
         cost: u32,
         ago: Duration,
+        fresh_in: Duration,
     ) -> Result<(), StoreError> {
         let now = self.inner.clock.now();
-        let charged_at = Timestamp::from_nanos(
-            now.as_nanos()
-                .saturating_sub(u64::try_from(ago.as_nanos()).unwrap_or(u64::MAX)),
-        );
-        let _ = self
-            .inner
-            .run(key, quota, now, Op::Refund { cost, charged_at });
+        let ago = u64::try_from(ago.as_nanos()).unwrap_or(u64::MAX);
+        let charged_at = Timestamp::from_nanos(now.as_nanos().saturating_sub(ago));
+        // The state as the check left it is fresh at `charged_at + fresh_in`; a later charge
+        // moves that on by an interval at least: half of one tells them apart.
+        let fresh_in = u64::try_from(fresh_in.as_micros()).unwrap_or(u64::MAX);
+        let slack = quota.emission_interval_micros() / 2;
+        let last = charged_at
+            .as_micros()
+            .saturating_add(fresh_in)
+            .saturating_add(slack);
+        let refund = Op::Refund {
+            cost,
+            charged_at,
+            last: Some(last),
+        };
+        let _ = self.inner.run(key, quota, now, refund);
         Ok(())
     }
 

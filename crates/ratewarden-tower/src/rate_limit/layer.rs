@@ -275,8 +275,13 @@ impl<K, St, P, C, R, M> RateLimitLayer<K, St, P, C, R, M> {
     /// beyond them, requests are refused at once and hold no memory. A request dropped while
     /// it waits gives its units back ([`Store::give_back`](ratewarden_core::Store::give_back),
     /// less what time has already given back; a store that cannot, Redis for now, keeps them
-    /// spent). Waiting requests count in a state apart from the quota's without waiting (its
-    /// burst widened by what may wait).
+    /// spent; and a request counted after it keeps its turn, so the units are given back
+    /// only when nothing was counted since). Waiting requests count in a state apart from
+    /// the quota's without waiting (its burst widened by what may wait). A cost of 0 never
+    /// waits; a shadow layer never holds a request back; held requests
+    /// ([`count_if`](Self::count_if), [`settle_with`](Self::settle_with),
+    /// [`settle_by_frames`](Self::settle_by_frames), [`in_flight`](Self::in_flight)) do not
+    /// wait.
     ///
     /// ```
     /// use ratewarden_tower::{key::PeerIp, MemoryStore, Quota, RateLimitLayer};

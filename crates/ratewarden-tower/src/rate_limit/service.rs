@@ -343,6 +343,16 @@ impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
 }
 
 impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
+    /// The ready inner service, for a future that calls it later; a fresh clone stays
+    /// (axum's `from_fn` does the same).
+    fn take_ready(&mut self) -> S
+    where
+        S: Clone,
+    {
+        let clone = self.inner.clone();
+        std::mem::replace(&mut self.inner, clone)
+    }
+
     /// A request that may wait for its turn: decided under its quota widened by the wait,
     /// its units taken at once; admitted, it waits until it conforms to its quota, then goes
     /// on (its units given back if it is dropped while it waits).
@@ -366,30 +376,31 @@ impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
         R: Rejection,
         M: Settlement<ResBody>,
     {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.take_ready();
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(Box::pin(async move {
+            let config = &shared.config;
+            // What a fallback admitted for the key while the store failed goes with the check
+            // (never given back: only the request's own units are).
+            let owed = config.failure.carried(&key, &turn.quota, cost);
+            let charged = cost + owed.units();
             let checked = tokio::time::Instant::now();
-            let result = shared.store.check(&key, &turn.widened, cost).await;
-            let (result, wait) = match result {
+            let result = shared.store.check(&key, &turn.widened, charged).await;
+            let (result, wait, fresh_in) = match result {
                 Ok(decision) => {
+                    let fresh_in = decision.info().reset_after();
                     let (decision, wait) = turn.decided(decision);
-                    (Ok(decision), wait)
+                    (Ok(decision), wait, fresh_in)
                 }
-                Err(error) => (Err(error), Duration::ZERO),
+                Err(error) => (Err(error), Duration::ZERO, Duration::ZERO),
             };
-            let owed = Owed::default();
             match shared.outcome(result, &key, turn.quota, (cost, owed), &req) {
                 Outcome::Allow(headers) => {
-                    if !wait.is_zero() {
-                        let give_back = super::wait::GiveBack::new(
-                            Arc::clone(&shared.store),
-                            key,
-                            turn.widened,
-                            cost,
-                            checked,
-                        );
+                    // A shadow layer decides and counts, and never holds a request back.
+                    if !wait.is_zero() && !config.shadow {
+                        let mine = (key, turn.widened, cost);
+                        let store = Arc::clone(&shared.store);
+                        let give_back = super::wait::GiveBack::new(store, mine, checked, fresh_in);
                         tokio::time::sleep_until(checked + wait).await;
                         give_back.disarm();
                     }
@@ -425,8 +436,7 @@ impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
         R: Rejection,
         M: Settlement<ResBody>,
     {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.take_ready();
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(Box::pin(async move {
             let limit = Limit::new(key.clone(), quota, cost);
@@ -542,10 +552,9 @@ where
                 Outcome::Reject(response) => ResponseFuture::ready(response),
             };
         }
-        // The store must wait (I/O): decide in a future that owns what it needs. The ready
-        // inner service goes with it; a fresh clone stays (axum's `from_fn` does the same).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        // The store must wait (I/O): decide in a future that owns what it needs, the ready
+        // inner service with it.
+        let mut inner = self.take_ready();
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(Box::pin(async move {
             let result = shared.store.check(&key, &quota, charged).await;

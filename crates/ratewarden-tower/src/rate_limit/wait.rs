@@ -28,30 +28,36 @@ pub(crate) struct Turn {
 impl Turn {
     /// The turn of a request of `cost` under `quota` that may wait `max`: `None` for an
     /// algorithm without a rate to wait for (the windows), a wait shorter than one unit's
-    /// interval, or a cost the quota can never admit (decided as without waiting).
+    /// interval, a cost of 0 (admitted however spent the key is) or one the quota can never
+    /// admit (decided as without waiting). A wait longer than a quota can hold (its burst
+    /// refilling within about 71 years) is cut to the longest it can.
     pub(crate) fn of(quota: Quota, max: Duration, cost: u32) -> Option<Self> {
         if !matches!(quota.algorithm(), Algorithm::Gcra | Algorithm::TokenBucket)
+            || cost == 0
             || cost > quota.burst()
         {
             return None;
         }
         let interval = quota.emission_interval_micros().max(1);
         let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
-        let waiting = u32::try_from(max / interval).unwrap_or(u32::MAX);
-        let widened = quota
-            .with_burst(quota.burst().saturating_add(waiting))
-            .ok()?;
-        let waiting = widened.burst() - quota.burst();
-        (waiting > 0).then_some(Self {
-            quota,
-            widened,
-            waiting,
-        })
+        let mut waiting = u32::try_from(max / interval).unwrap_or(u32::MAX);
+        while waiting > 0 {
+            if let Ok(widened) = quota.with_burst(quota.burst().saturating_add(waiting)) {
+                let waiting = widened.burst() - quota.burst();
+                return (waiting > 0).then_some(Self {
+                    quota,
+                    widened,
+                    waiting,
+                });
+            }
+            waiting /= 2;
+        }
+        None
     }
 
     /// The decision to show for `decided` (under the widened quota), and how long an admitted
-    /// request waits for its turn: the figures are the quota's own (what is left now, not
-    /// counting what may wait).
+    /// request waits for its turn: the figures shown are the quota's own (what is left now,
+    /// not counting what may wait).
     pub(crate) fn decided(&self, decided: Decision) -> (Decision, Duration) {
         let info = decided.info();
         let limit = u64::from(self.quota.burst());
@@ -75,17 +81,26 @@ impl Turn {
     }
 }
 
-/// A waiting request's units, given back to the store if it is dropped before its turn.
+/// A waiting request's units, given back to the store if it is dropped before its turn
+/// (and nothing was counted after them: see [`Store::give_back`]).
 pub(crate) struct GiveBack<St: Store> {
     back: Option<(Arc<St>, Key, Quota, u32)>,
     checked: Instant,
+    /// What the check's decision said of its state: fresh this long after it.
+    fresh_in: Duration,
 }
 
 impl<St: Store> GiveBack<St> {
-    pub(crate) fn new(store: Arc<St>, key: Key, quota: Quota, cost: u32, checked: Instant) -> Self {
+    pub(crate) fn new(
+        store: Arc<St>,
+        (key, quota, cost): (Key, Quota, u32),
+        checked: Instant,
+        fresh_in: Duration,
+    ) -> Self {
         Self {
             back: Some((store, key, quota, cost)),
             checked,
+            fresh_in,
         }
     }
 
@@ -101,10 +116,11 @@ impl<St: Store> Drop for GiveBack<St> {
             return;
         };
         let ago = self.checked.elapsed();
+        let fresh_in = self.fresh_in;
         // On the current runtime; with none (a runtime shutting down), the units stay spent.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let _ = store.give_back(&key, &quota, cost, ago).await;
+                let _ = store.give_back(&key, &quota, cost, ago, fresh_in).await;
             });
         }
     }
