@@ -430,7 +430,7 @@ where
     fn refund(&self, now: Timestamp, charged: (Timestamp, Option<u64>), cost: u32, quota: &Quota) {
         let (charged_at, last) = charged;
         self.update(quota, |state| {
-            if !last.is_some_and(|last| state.fresh_at(quota) > last) {
+            if last.is_none_or(|last| state.fresh_at(quota) <= last) {
                 state.refund(now, charged_at, cost, quota);
             }
         });
