@@ -586,3 +586,49 @@ async fn holds_lapse_after_their_hold_time_when_the_servers_clock_steps_back() {
         "the hold lapsed a hold time after the step"
     );
 }
+
+/// On Redis too, a request that runs longer than its hold keeps its place by renewing it.
+#[tokio::test]
+async fn a_long_request_renews_its_hold_in_redis() {
+    use axum::Router;
+    use axum::routing::get;
+    use http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    let server = RedisServer::start();
+    let store = store(&server, "rv-renew").await;
+    let layer =
+        ratewarden_tower::RateLimitLayer::in_flight(store, 1, ratewarden_tower::key::Global)
+            .unwrap()
+            .hold(Duration::from_millis(600));
+    let app = Router::new()
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(2_000)).await;
+                "done"
+            }),
+        )
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let status = |uri: &'static str| {
+        let app = app.clone();
+        async move {
+            let request = Request::get(uri).body(axum::body::Body::empty()).unwrap();
+            app.oneshot(request).await.unwrap().status()
+        }
+    };
+    let slow = tokio::spawn(status("/slow"));
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(status("/").await, StatusCode::TOO_MANY_REQUESTS);
+    }
+    assert_eq!(slow.await.unwrap(), StatusCode::OK);
+    for _ in 0..100 {
+        if status("/").await == StatusCode::OK {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the place never came back");
+}

@@ -499,3 +499,41 @@ mod in_flight {
         assert_eq!(send(&app, get("/")).await.0.status(), StatusCode::OK);
     }
 }
+
+/// A request that runs longer than its hold keeps its place: it renews its hold while it
+/// runs (a heartbeat), and gives it back when it ends.
+#[tokio::test]
+async fn a_request_longer_than_its_hold_keeps_its_place_while_it_runs() {
+    let layer = RateLimitLayer::in_flight(ratewarden_memory::MemoryStore::new(), 1, Global)
+        .unwrap()
+        .hold(Duration::from_millis(300));
+    let app = Router::new()
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(1_200)).await;
+                "done"
+            }),
+        )
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let get_ = |uri: &str| get_from("10.0.0.1:1000", uri, &[]);
+    let slow = tokio::spawn({
+        let app = app.clone();
+        async move {
+            send(&app, get_from("10.0.0.1:1000", "/slow", &[]))
+                .await
+                .0
+                .status()
+        }
+    });
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            send(&app, get_("/")).await.0.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+    assert_eq!(slow.await.unwrap(), StatusCode::OK);
+    assert_eq!(send(&app, get_("/")).await.0.status(), StatusCode::OK);
+}

@@ -636,6 +636,10 @@ impl<S: Store, C: Clock> Store for CircuitBreaker<S, C> {
             .await
     }
 
+    async fn renew(&self, held: &[(Limit, u64)], hold: Duration) -> Result<(), StoreError> {
+        self.guarded(self.inner.store.renew(held, hold)).await
+    }
+
     async fn refund(&self, key: &Key, quota: &Quota, units: u32) -> Result<(), StoreError> {
         self.guarded(self.inner.store.refund(key, quota, units))
             .await

@@ -246,6 +246,38 @@ pub trait Store: Send + Sync + 'static {
         Err(reservation)
     }
 
+    /// Keeps the holds of a reservation (its [`held`](Reservation::held)) for `hold` more
+    /// from now: a request that runs longer than its hold time renews it (a heartbeat), so
+    /// that its units stay held while it runs, and come back `hold` after a gateway that
+    /// crashed stopped renewing them. A hold that has lapsed, or was settled, stays so. The
+    /// default answers [`StoreErrorKind::Unsupported`].
+    ///
+    /// # Errors
+    ///
+    /// As for [`check`](Self::check).
+    ///
+    /// ```
+    /// # async fn demo(store: impl ratewarden_core::Store, reservation: ratewarden_core::Reservation) -> Result<(), ratewarden_core::StoreError> {
+    /// use ratewarden_core::Store;
+    /// use std::time::Duration;
+    /// // Every 10 s while a long export runs:
+    /// store.renew(reservation.held(), Duration::from_secs(30)).await?;
+    /// # Ok(()) }
+    /// ```
+    fn renew(
+        &self,
+        held: &[(Limit, u64)],
+        hold: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (held, hold);
+        async {
+            Err(StoreError::with_source(
+                StoreErrorKind::Unsupported,
+                "this store does not reserve",
+            ))
+        }
+    }
+
     /// Ends `reservation` charging nothing: [`settle`](Self::settle) with 0.
     ///
     /// # Errors
@@ -411,6 +443,14 @@ impl<S: Store> Store for Arc<S> {
         actual: u32,
     ) -> Result<Result<(), StoreError>, Reservation> {
         (**self).settle_ready(reservation, actual)
+    }
+
+    fn renew(
+        &self,
+        held: &[(Limit, u64)],
+        hold: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).renew(held, hold)
     }
 
     fn release(

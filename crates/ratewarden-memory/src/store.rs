@@ -810,6 +810,11 @@ impl<C: Clock> Store for MemoryStore<C> {
         Ok(())
     }
 
+    async fn renew(&self, held: &[(Limit, u64)], hold: Duration) -> Result<(), StoreError> {
+        self.renew_sync(held, hold);
+        Ok(())
+    }
+
     async fn refund(&self, key: &Key, quota: &Quota, units: u32) -> Result<(), StoreError> {
         self.refund_sync(key, quota, units);
         Ok(())

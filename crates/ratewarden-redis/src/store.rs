@@ -794,6 +794,10 @@ impl Store for RedisStore {
         self.settle_on(reservation.held(), actual, None).await
     }
 
+    async fn renew(&self, held: &[(Limit, u64)], hold: Duration) -> Result<(), StoreError> {
+        self.renew_on(held, hold, None).await
+    }
+
     async fn refund(&self, key: &Key, quota: &Quota, units: u32) -> Result<(), StoreError> {
         self.refund_on(key, quota, units, None).await
     }

@@ -181,6 +181,28 @@ impl<S: AlgorithmState> Ledger<S> {
         self.repay(now, quota);
     }
 
+    /// Keeps `hold` (if it has not lapsed) until `lapse_at` at least: a request that runs
+    /// longer than its hold time renews it. Here the holds of a key lapse together, so it
+    /// keeps them all.
+    ///
+    /// ```
+    /// use ratewarden_core::algorithm::{GcraState, Ledger};
+    /// use ratewarden_core::{Quota, Timestamp};
+    /// let quota = Quota::per_minute(10)?;
+    /// let mut ledger = Ledger::<GcraState>::default();
+    /// let t = Timestamp::from_micros;
+    /// let (_, hold) = ledger.reserve(t(0), 1, t(10), &quota);
+    /// ledger.renew(t(5), hold.unwrap(), t(20));
+    /// assert_eq!(ledger.held_at(t(15)), 1);
+    /// # Ok::<(), ratewarden_core::QuotaError>(())
+    /// ```
+    pub fn renew(&mut self, now: Timestamp, hold: Hold, lapse_at: Timestamp) {
+        self.lapse(now);
+        if hold.round == self.round && self.holds > 0 {
+            self.lapse_at = self.lapse_at.max(lapse_at.as_micros());
+        }
+    }
+
     /// Drops `hold`, charging nothing: [`settle`](Self::settle) with 0.
     ///
     /// ```

@@ -31,6 +31,10 @@ enum LedgerOp {
         hold: Hold,
         actual: u32,
     },
+    Renew {
+        hold: Hold,
+        lapse_at: Timestamp,
+    },
     Refund(u32),
 }
 
@@ -41,7 +45,7 @@ impl LedgerOp {
         match self {
             Self::Reserve { .. } => true,
             Self::Settle { actual, .. } => actual > 0,
-            Self::Probe { .. } | Self::Refund(_) => false,
+            Self::Probe { .. } | Self::Renew { .. } | Self::Refund(_) => false,
         }
     }
 
@@ -56,6 +60,10 @@ impl LedgerOp {
             Self::Reserve { units, lapse_at } => Some(ledger.reserve(now, units, lapse_at, quota)),
             Self::Settle { hold, actual } => {
                 ledger.settle(now, hold, actual, quota);
+                None
+            }
+            Self::Renew { hold, lapse_at } => {
+                ledger.renew(now, hold, lapse_at);
                 None
             }
             Self::Refund(units) => {
@@ -189,6 +197,32 @@ impl<C: Clock> MemoryStore<C> {
     pub fn settle_sync(&self, reservation: Reservation, actual: u32) {
         let now = self.inner.clock.now();
         self.inner.settle(now, reservation.held(), actual);
+    }
+
+    /// Keeps the holds `held` (a reservation's [`held`](Reservation::held)) for `hold` more,
+    /// synchronously: what [`Store::renew`](ratewarden_core::Store::renew) does, without a
+    /// future.
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Limit, Quota};
+    /// use std::time::Duration;
+    /// let store = ratewarden_memory::MemoryStore::new();
+    /// let limit = Limit::new(Key::from("export"), Quota::per_hour(10)?, 1);
+    /// let reservation = store.reserve_sync(&[limit], Duration::from_secs(30))?;
+    /// store.renew_sync(reservation.held(), Duration::from_secs(30));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn renew_sync(&self, held: &[(Limit, u64)], hold: Duration) {
+        let now = self.inner.clock.now();
+        let lapse_at = now.saturating_add(hold);
+        for (limit, ticket) in held {
+            let hold = Hold {
+                units: limit.cost(),
+                round: *ticket,
+            };
+            let renew = LedgerOp::Renew { hold, lapse_at };
+            let _ = self.inner.on_ledger(limit.key(), limit.quota(), now, renew);
+        }
     }
 
     /// Gives back `units` of `key`'s reserved state under `quota`, synchronously: what

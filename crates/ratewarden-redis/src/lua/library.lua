@@ -22,3 +22,4 @@ redis.register_function(prefix .. 'refund', entry(refund_all, function(r) return
 redis.register_function(prefix .. 'reserve', entry(reserve, packed))
 redis.register_function(prefix .. 'settle', entry(settle, function(r) return r end))
 redis.register_function(prefix .. 'give', entry(give_back, function(r) return r end))
+redis.register_function(prefix .. 'renew', entry(renew, function(r) return r end))

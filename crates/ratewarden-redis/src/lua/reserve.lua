@@ -8,8 +8,8 @@
 --       count) and its holds (`:h`, a hash: hold id -> "units:lapse_at_us:hold_us", `d` ->
 --       the debt, `a` -> when it was last repaid, µs); a probe's state (its key's own, read
 --       only)
--- ARGV  ARGV[1] the hold time in µs (reserve) or the actual units (settle) or the units given
---       back (refund); then per limit 7: its algorithm's letter, its number of keys (2 held,
+-- ARGV  ARGV[1] the hold time in µs (reserve, renew) or the actual units (settle) or the units
+--       given back (refund); then per limit 7: its algorithm's letter, its number of keys (2 held,
 --       1 a probe), its mode ('c' or 'q'), its missing-state letter, its numbers (args.lua:
 --       the cost is the estimate), its emission interval in µs, its hold's id
 -- A reservation replies as `all` does (each limit's reply, then the time); settle and refund
@@ -279,6 +279,26 @@ local function give_back(KEYS, ARGV)
         local now = now_of(limit)
         limit.args[9] = now
         decide_as(limit, 'r', units - from_debt)
+      end
+    end
+  end
+  return ''
+end
+
+-- Keeps live holds for the hold time more from now (a request that runs longer than its
+-- hold renews it); a hold that lapsed or was settled stays so.
+local function renew(KEYS, ARGV)
+  local hold_us = tonumber(ARGV[1]) or error('rl: malformed limits')
+  for _, limit in ipairs(ledger_limits(KEYS, ARGV)) do
+    if limit.holds and redis.call('TYPE', limit.holds).ok == 'hash' then
+      local value = redis.call('HGET', limit.holds, limit.id)
+      local units, lapse = string.match(value or '', '^(%d+):(%d+):%d+$')
+      local now = now_of(limit)
+      if units and tonumber(lapse) > now then
+        redis.call('HSET', limit.holds, limit.id,
+          string.format('%.0f:%.0f:%.0f', tonumber(units), now + hold_us, hold_us))
+        local debt, since = read_debt(limit)
+        keep(limit, debt, since, hold_us)
       end
     end
   end

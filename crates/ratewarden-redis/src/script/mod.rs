@@ -128,6 +128,8 @@ static SETTLE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(concat!(every_check!(), "return settle(KEYS, ARGV)\n")));
 static GIVE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(concat!(every_check!(), "return give_back(KEYS, ARGV)\n")));
+static RENEW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(concat!(every_check!(), "return renew(KEYS, ARGV)\n")));
 
 /// The library of Redis functions (7.0 and later): every check and the batch, made once when
 /// the server loads it rather than at every call as a script's are: Redis spends a quarter
@@ -138,7 +140,7 @@ pub(crate) struct Library {
     source: String,
     /// The functions for a check alone, by algorithm, then the batch's, then those of
     /// several limits, then those of reservations.
-    functions: [String; 11],
+    functions: [String; 12],
 }
 
 pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
@@ -148,7 +150,7 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
         source: format!("#!lua name={name}\nlocal prefix = '{name}_'\n{code}"),
         functions: [
             LETTERS[0], LETTERS[1], LETTERS[2], LETTERS[3], LETTERS[4], "batch", "all", "refund",
-            "reserve", "settle", "give",
+            "reserve", "settle", "give", "renew",
         ]
         .map(|suffix| format!("{name}_{suffix}")),
     }
@@ -172,6 +174,7 @@ const REFUND_INDEX: usize = BATCH_INDEX + 2;
 const RESERVE_INDEX: usize = BATCH_INDEX + 3;
 const SETTLE_INDEX: usize = BATCH_INDEX + 4;
 const GIVE_INDEX: usize = BATCH_INDEX + 5;
+const RENEW_INDEX: usize = BATCH_INDEX + 6;
 
 const fn algorithm_index(algorithm: Algorithm) -> usize {
     match algorithm {
@@ -206,6 +209,7 @@ fn invocation(invoke: Invoke, code: usize) -> redis::Cmd {
                 &RESERVE,
                 &SETTLE,
                 &GIVE,
+                &RENEW,
             ][code];
             if invoke == Invoke::Sha {
                 let mut cmd = redis::cmd("EVALSHA");

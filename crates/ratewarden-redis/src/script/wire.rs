@@ -489,6 +489,8 @@ pub(crate) enum Ledger {
     Settle { actual: u32 },
     /// Give back `units`.
     GiveBack { units: u32 },
+    /// Keep each hold for `hold` more.
+    Renew { hold: Duration },
 }
 
 /// A call on the reserved limits of a request, all in one slot (`lua/reserve.lua`): each
@@ -503,6 +505,7 @@ pub(crate) fn ledger_command(
         Ledger::Reserve { hold } => (super::RESERVE_INDEX, micros(hold)),
         Ledger::Settle { actual } => (super::SETTLE_INDEX, u64::from(actual)),
         Ledger::GiveBack { units } => (super::GIVE_INDEX, u64::from(units)),
+        Ledger::Renew { hold } => (super::RENEW_INDEX, micros(hold)),
     };
     let mut cmd = super::invocation(invoke, code);
     let keys: usize = entries

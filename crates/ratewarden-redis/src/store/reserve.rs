@@ -132,19 +132,38 @@ impl RedisStore {
         actual: u32,
         now: Option<Timestamp>,
     ) -> Result<(), StoreError> {
+        self.on_holds(held, Ledger::Settle { actual }, now).await
+    }
+
+    /// Keeps the holds `held` for `hold` more.
+    pub(super) async fn renew_on(
+        &self,
+        held: &[(Limit, u64)],
+        hold: Duration,
+        now: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        self.on_holds(held, Ledger::Renew { hold }, now).await
+    }
+
+    /// Runs `op` on the holds `held`: one call per slot, in parallel.
+    async fn on_holds(
+        &self,
+        held: &[(Limit, u64)],
+        op: Ledger,
+        now: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
         let entries: Vec<Entry> = (held.iter())
             .map(|(limit, _)| {
                 self.ledger_entry(limit.key(), limit.quota(), limit.cost(), Mode::Check, now)
             })
             .collect();
-        let settle = Ledger::Settle { actual };
         let calls = self.groups(&entries).into_iter().map(|group| {
             let args: Vec<_> = group
                 .iter()
                 .map(|&i| (&entries[i], interval(held[i].0.quota()), Some(held[i].1)))
                 .collect();
             async move {
-                self.within(self.batcher.connection().eval_ledger(&args, settle))
+                self.within(self.batcher.connection().eval_ledger(&args, op))
                     .await
             }
         });

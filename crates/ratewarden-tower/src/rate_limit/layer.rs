@@ -112,9 +112,11 @@ impl<K, St> RateLimitLayer<K, St, Quota, UnitCost, DefaultRejection, InFlight> {
     /// as `max` per one-second window and the places free as its remaining.
     ///
     /// A place not given back (a gateway that crashed while a request ran on a shared
-    /// store) is free again after [`hold`](Self::hold) (default 60 s): set it longer than
-    /// your longest request, which would otherwise lose its place while it runs. In-flight
-    /// states are apart from the rate limits', whatever the layers' names.
+    /// store) is free again after [`hold`](Self::hold) (default 60 s); a request that runs
+    /// longer renews its place while it runs (a heartbeat every third of the hold, from
+    /// half of it on). When the store fails, the failure mode decides: the default fallback
+    /// then limits a key to `max` requests a second on each instance, not in flight.
+    /// In-flight states are apart from the rate limits', whatever the layers' names.
     ///
     /// # Errors
     ///
@@ -246,9 +248,9 @@ impl<K, St, P, C, R, M> RateLimitLayer<K, St, P, C, R, M> {
     }
 
     /// How long a held request's units stay held if it is never settled (default 60 s): a
-    /// gateway that crashed, a task that never ran. Longer than any response you serve: a
-    /// request settled after its hold lapsed is charged all the same, but while it ran
-    /// others were admitted beside it.
+    /// gateway that crashed, a task that never ran. A request that runs longer renews its
+    /// holds while it runs (from half the hold on, every third of it, on a task of its own),
+    /// and its body while it is read; a body left unread longer than the hold loses them.
     ///
     /// ```
     /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};

@@ -458,10 +458,25 @@ impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
             match shared.outcome(result, &key, quota, (cost, owed), &req) {
                 Outcome::Allow(headers) => {
                     // Settles 0 if the inner service fails or this future is dropped.
-                    let settling = reservation
+                    let mut settling = reservation
                         .filter(Reservation::is_allowed)
-                        .map(|r| Settling::new(Arc::clone(&shared.store), r));
-                    let response = inner.call(req).await?;
+                        .map(|r| Settling::new(Arc::clone(&shared.store), r, hold));
+                    let call = inner.call(req);
+                    let mut call = std::pin::pin!(call);
+                    let response = match &mut settling {
+                        Some(held) => {
+                            let deadline = held.renew_after();
+                            match tokio::time::timeout_at(deadline, &mut call).await {
+                                Ok(response) => response,
+                                Err(_) => {
+                                    // Longer than half its hold: renew it while it runs.
+                                    held.keep_alive();
+                                    call.await
+                                }
+                            }
+                        }
+                        None => call.await,
+                    }?;
                     let settling =
                         settling.and_then(|s| s.metered(shared.settle.meter(&response, cost)));
                     let response =

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
@@ -207,15 +208,40 @@ pub(crate) mod sealed {
 }
 
 /// A held request's reservation, settled once: with the units counted, when told to
-/// ([`finish`](Self::finish)) or when dropped.
+/// ([`finish`](Self::finish)) or when dropped. A request that runs longer than half its hold
+/// time renews its holds on a task of its own (a heartbeat, every third of the hold) until
+/// it is settled: its units stay held while it runs, and come back a hold time after a
+/// gateway that crashed stopped renewing them.
 pub(crate) struct Settling {
     settle: Option<Box<dyn FnOnce(u32) + Send + Sync>>,
+    /// Starts the heartbeat (`None` once started, or without a runtime).
+    heartbeat: Option<Box<dyn FnOnce() -> Option<tokio::task::AbortHandle> + Send + Sync>>,
+    beating: Option<tokio::task::AbortHandle>,
+    renew_after: tokio::time::Instant,
     per_frame: Option<PerFrame>,
     counted: u32,
 }
 
 impl Settling {
-    pub(crate) fn new<St: Store>(store: Arc<St>, reservation: Reservation) -> Self {
+    pub(crate) fn new<St: Store>(store: Arc<St>, reservation: Reservation, hold: Duration) -> Self {
+        let held = reservation.held().to_vec();
+        let renewing = Arc::clone(&store);
+        let heartbeat = move || {
+            let runtime = tokio::runtime::Handle::try_current().ok()?;
+            let task = runtime.spawn(async move {
+                loop {
+                    tokio::time::sleep(hold / 3).await;
+                    let renewed = renewing.renew(&held, hold).await;
+                    #[cfg(feature = "tracing")]
+                    if let Err(error) = renewed {
+                        tracing::warn!(%error, "a held request's holds could not be renewed");
+                    }
+                    #[cfg(not(feature = "tracing"))]
+                    let _ = renewed;
+                }
+            });
+            Some(task.abort_handle())
+        };
         let settle = move |actual: u32| {
             if let Err(reservation) = store.settle_ready(reservation, actual)
                 && let Ok(runtime) = tokio::runtime::Handle::try_current()
@@ -235,8 +261,23 @@ impl Settling {
         };
         Self {
             settle: Some(Box::new(settle)),
+            heartbeat: Some(Box::new(heartbeat)),
+            beating: None,
+            renew_after: tokio::time::Instant::now() + hold / 2,
             per_frame: None,
             counted: 0,
+        }
+    }
+
+    /// When the request, still running, should start renewing its holds.
+    pub(crate) const fn renew_after(&self) -> tokio::time::Instant {
+        self.renew_after
+    }
+
+    /// Starts the heartbeat, if it has not started.
+    pub(crate) fn keep_alive(&mut self) {
+        if let Some(start) = self.heartbeat.take() {
+            self.beating = start();
         }
     }
 
@@ -258,9 +299,16 @@ impl Settling {
         if let Some(per_frame) = &self.per_frame {
             self.counted = self.counted.saturating_add(per_frame(frame));
         }
+        if self.heartbeat.is_some() && tokio::time::Instant::now() >= self.renew_after {
+            self.keep_alive();
+        }
     }
 
     pub(crate) fn finish(&mut self) {
+        self.heartbeat = None;
+        if let Some(beating) = self.beating.take() {
+            beating.abort();
+        }
         if let Some(settle) = self.settle.take() {
             settle(self.counted);
         }
