@@ -464,7 +464,8 @@ impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
                     let call = inner.call(req);
                     let mut call = std::pin::pin!(call);
                     let response = match &mut settling {
-                        Some(held) => {
+                        // Without a runtime there is no timer, and no heartbeat to start.
+                        Some(held) if tokio::runtime::Handle::try_current().is_ok() => {
                             let deadline = held.renew_after();
                             match tokio::time::timeout_at(deadline, &mut call).await {
                                 Ok(response) => response,
@@ -475,7 +476,7 @@ impl<S, K, St, P, C, R, M> RateLimit<S, K, St, P, C, R, M> {
                                 }
                             }
                         }
-                        None => call.await,
+                        _ => call.await,
                     }?;
                     let settling =
                         settling.and_then(|s| s.metered(shared.settle.meter(&response, cost)));

@@ -213,55 +213,79 @@ pub(crate) mod sealed {
 /// it is settled: its units stay held while it runs, and come back a hold time after a
 /// gateway that crashed stopped renewing them.
 pub(crate) struct Settling {
-    settle: Option<Box<dyn FnOnce(u32) + Send + Sync>>,
-    /// Starts the heartbeat (`None` once started, or without a runtime).
-    heartbeat: Option<Box<dyn FnOnce() -> Option<tokio::task::AbortHandle> + Send + Sync>>,
+    /// The reservation and its store, taken when settled.
+    held: Option<Box<dyn Held>>,
+    /// The renewing task, once started.
     beating: Option<tokio::task::AbortHandle>,
     renew_after: tokio::time::Instant,
     per_frame: Option<PerFrame>,
     counted: u32,
 }
 
+/// A reservation with its store, behind one allocation whatever the store.
+trait Held: Send + Sync {
+    /// Spawns a task renewing the holds every third of the hold time, on the current runtime.
+    fn keep_alive(&self) -> Option<tokio::task::AbortHandle>;
+    /// Settles at `actual` units, now or on a spawned task.
+    fn settle(self: Box<Self>, actual: u32);
+}
+
+struct Reserved<St> {
+    store: Arc<St>,
+    reservation: Reservation,
+    hold: Duration,
+}
+
+impl<St: Store> Held for Reserved<St> {
+    fn keep_alive(&self) -> Option<tokio::task::AbortHandle> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (store, hold) = (Arc::clone(&self.store), self.hold);
+        let held = self.reservation.held().to_vec();
+        let task = runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(hold / 3).await;
+                let renewed = store.renew(&held, hold).await;
+                #[cfg(feature = "tracing")]
+                if let Err(error) = renewed {
+                    tracing::warn!(%error, "a held request's holds could not be renewed");
+                }
+                #[cfg(not(feature = "tracing"))]
+                let _ = renewed;
+            }
+        });
+        Some(task.abort_handle())
+    }
+
+    fn settle(self: Box<Self>, actual: u32) {
+        let Self {
+            store, reservation, ..
+        } = *self;
+        if let Err(reservation) = store.settle_ready(reservation, actual)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                // Not settled, the holds lapse after their hold time, the actual units
+                // uncharged.
+                let settled = store.settle(reservation, actual).await;
+                #[cfg(feature = "tracing")]
+                if let Err(error) = settled {
+                    tracing::warn!(%error, actual, "a held request could not be settled");
+                }
+                #[cfg(not(feature = "tracing"))]
+                let _ = settled;
+            });
+        }
+    }
+}
+
 impl Settling {
     pub(crate) fn new<St: Store>(store: Arc<St>, reservation: Reservation, hold: Duration) -> Self {
-        let held = reservation.held().to_vec();
-        let renewing = Arc::clone(&store);
-        let heartbeat = move || {
-            let runtime = tokio::runtime::Handle::try_current().ok()?;
-            let task = runtime.spawn(async move {
-                loop {
-                    tokio::time::sleep(hold / 3).await;
-                    let renewed = renewing.renew(&held, hold).await;
-                    #[cfg(feature = "tracing")]
-                    if let Err(error) = renewed {
-                        tracing::warn!(%error, "a held request's holds could not be renewed");
-                    }
-                    #[cfg(not(feature = "tracing"))]
-                    let _ = renewed;
-                }
-            });
-            Some(task.abort_handle())
-        };
-        let settle = move |actual: u32| {
-            if let Err(reservation) = store.settle_ready(reservation, actual)
-                && let Ok(runtime) = tokio::runtime::Handle::try_current()
-            {
-                runtime.spawn(async move {
-                    // Not settled, the holds lapse after their hold time, the actual
-                    // units uncharged.
-                    let settled = store.settle(reservation, actual).await;
-                    #[cfg(feature = "tracing")]
-                    if let Err(error) = settled {
-                        tracing::warn!(%error, actual, "a held request could not be settled");
-                    }
-                    #[cfg(not(feature = "tracing"))]
-                    let _ = settled;
-                });
-            }
-        };
         Self {
-            settle: Some(Box::new(settle)),
-            heartbeat: Some(Box::new(heartbeat)),
+            held: Some(Box::new(Reserved {
+                store,
+                reservation,
+                hold,
+            })),
             beating: None,
             renew_after: tokio::time::Instant::now() + hold / 2,
             per_frame: None,
@@ -274,10 +298,12 @@ impl Settling {
         self.renew_after
     }
 
-    /// Starts the heartbeat, if it has not started.
+    /// Starts the heartbeat, if it has not started and the request is not settled.
     pub(crate) fn keep_alive(&mut self) {
-        if let Some(start) = self.heartbeat.take() {
-            self.beating = start();
+        if self.beating.is_none()
+            && let Some(held) = &self.held
+        {
+            self.beating = held.keep_alive();
         }
     }
 
@@ -299,18 +325,17 @@ impl Settling {
         if let Some(per_frame) = &self.per_frame {
             self.counted = self.counted.saturating_add(per_frame(frame));
         }
-        if self.heartbeat.is_some() && tokio::time::Instant::now() >= self.renew_after {
+        if self.beating.is_none() && tokio::time::Instant::now() >= self.renew_after {
             self.keep_alive();
         }
     }
 
     pub(crate) fn finish(&mut self) {
-        self.heartbeat = None;
         if let Some(beating) = self.beating.take() {
             beating.abort();
         }
-        if let Some(settle) = self.settle.take() {
-            settle(self.counted);
+        if let Some(held) = self.held.take() {
+            held.settle(self.counted);
         }
     }
 }
