@@ -537,3 +537,188 @@ async fn a_request_longer_than_its_hold_keeps_its_place_while_it_runs() {
     assert_eq!(slow.await.unwrap(), StatusCode::OK);
     assert_eq!(send(&app, get_("/")).await.0.status(), StatusCode::OK);
 }
+
+/// A body that yields one frame every `every`, `left` times.
+struct EveryFrame {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    every: Duration,
+    left: u32,
+}
+
+impl EveryFrame {
+    fn new(every: Duration, left: u32) -> Self {
+        Self {
+            sleep: Box::pin(tokio::time::sleep(every)),
+            every,
+            left,
+        }
+    }
+}
+
+impl http_body::Body for EveryFrame {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        std::task::ready!(self.sleep.as_mut().poll(cx));
+        self.left -= 1;
+        let next = tokio::time::Instant::now() + self.every;
+        self.sleep.as_mut().reset(next);
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
+    }
+}
+
+/// A body whose frames come further apart than the hold keeps its place while it is read:
+/// the renewal starts at half the hold whether or not a frame has come.
+#[tokio::test]
+async fn a_body_read_slower_than_its_hold_keeps_its_place() {
+    let layer = RateLimitLayer::in_flight(ratewarden_memory::MemoryStore::new(), 1, Global)
+        .unwrap()
+        .hold(Duration::from_millis(300));
+    let app = Router::new()
+        .route(
+            "/stream",
+            get(|| async { Body::new(EveryFrame::new(Duration::from_millis(400), 4)) }),
+        )
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let get_ = |uri: &str| get_from("10.0.0.1:1000", uri, &[]);
+    let streaming = app.clone().oneshot(get_("/stream")).await.unwrap();
+    let reader = tokio::spawn(async move { streaming.into_body().collect().await.unwrap() });
+    let mut statuses = Vec::new();
+    for _ in 0..7 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        statuses.push(send(&app, get_("/")).await.0.status().as_u16());
+    }
+    assert_eq!(reader.await.unwrap().to_bytes().len(), 4);
+    assert!(statuses.iter().all(|&s| s == 429), "{statuses:?}");
+    assert_eq!(send(&app, get_("/")).await.0.status(), StatusCode::OK);
+}
+
+/// A hold too long for the clock is cut to the longest documented, never a panic that
+/// leaks the place.
+#[tokio::test]
+async fn a_huge_hold_is_cut_not_a_panic() {
+    let layer = RateLimitLayer::in_flight(ratewarden_memory::MemoryStore::new(), 1, Global)
+        .unwrap()
+        .hold(Duration::MAX);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    for _ in 0..3 {
+        let app = app.clone();
+        let status = tokio::spawn(async move {
+            send(&app, get_from("10.0.0.1:1000", "/", &[]))
+                .await
+                .0
+                .status()
+        });
+        assert_eq!(status.await.unwrap(), StatusCode::OK);
+    }
+}
+
+/// A store that fails the first renewal it is asked for.
+#[derive(Clone)]
+struct FirstRenewFails {
+    inner: ratewarden_memory::MemoryStore,
+    renewals: Arc<AtomicU32>,
+}
+
+impl ratewarden_core::Store for FirstRenewFails {
+    async fn check(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+    ) -> Result<ratewarden_core::Decision, ratewarden_core::StoreError> {
+        self.inner.check(key, quota, cost).await
+    }
+    async fn reserve(
+        &self,
+        limits: &[ratewarden_core::Limit],
+        hold: Duration,
+    ) -> Result<ratewarden_core::Reservation, ratewarden_core::StoreError> {
+        self.inner.reserve(limits, hold).await
+    }
+    async fn settle(
+        &self,
+        reservation: ratewarden_core::Reservation,
+        actual: u32,
+    ) -> Result<(), ratewarden_core::StoreError> {
+        self.inner.settle(reservation, actual).await
+    }
+    async fn renew(
+        &self,
+        held: &[(ratewarden_core::Limit, u64)],
+        hold: Duration,
+    ) -> Result<(), ratewarden_core::StoreError> {
+        if self.renewals.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(ratewarden_core::StoreError::with_source(
+                ratewarden_core::StoreErrorKind::Timeout,
+                "a blip",
+            ));
+        }
+        self.inner.renew(held, hold).await
+    }
+    async fn peek(
+        &self,
+        key: &Key,
+        quota: &Quota,
+    ) -> Result<ratewarden_core::Decision, ratewarden_core::StoreError> {
+        self.inner.peek(key, quota).await
+    }
+    async fn reset(&self, key: &Key, quota: &Quota) -> Result<(), ratewarden_core::StoreError> {
+        self.inner.reset(key, quota).await
+    }
+}
+
+/// One failed renewal does not lose a running request's place: the next comes before the
+/// hold runs out.
+#[tokio::test]
+async fn one_failed_renewal_keeps_the_place() {
+    let store = FirstRenewFails {
+        inner: ratewarden_memory::MemoryStore::new(),
+        renewals: Arc::new(AtomicU32::new(0)),
+    };
+    let layer = RateLimitLayer::in_flight(store, 1, Global)
+        .unwrap()
+        .hold(Duration::from_millis(300));
+    let app = Router::new()
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(1_200)).await;
+                "done"
+            }),
+        )
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let slow = tokio::spawn({
+        let app = app.clone();
+        async move {
+            send(&app, get_from("10.0.0.1:1000", "/slow", &[]))
+                .await
+                .0
+                .status()
+        }
+    });
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        statuses.push(
+            send(&app, get_from("10.0.0.1:1000", "/", &[]))
+                .await
+                .0
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(slow.await.unwrap(), StatusCode::OK);
+    assert!(statuses.iter().all(|&s| s == 429), "{statuses:?}");
+}

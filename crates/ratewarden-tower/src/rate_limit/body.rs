@@ -108,7 +108,8 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
             match &polled {
                 Poll::Ready(Some(Ok(frame))) => settling.frame(frame),
                 Poll::Ready(None) => settling.finish(),
-                _ => {}
+                Poll::Pending => settling.waiting(cx),
+                Poll::Ready(Some(Err(_))) => {}
             }
         }
         polled

@@ -113,8 +113,8 @@ impl<K, St> RateLimitLayer<K, St, Quota, UnitCost, DefaultRejection, InFlight> {
     ///
     /// A place not given back (a gateway that crashed while a request ran on a shared
     /// store) is free again after [`hold`](Self::hold) (default 60 s); a request that runs
-    /// longer renews its place while it runs (a heartbeat every third of the hold, from
-    /// half of it on). When the store fails, the failure mode decides: the default fallback
+    /// longer renews its place while it runs and while its body is read (from half the hold
+    /// on, every quarter of it). When the store fails, the failure mode decides: the default fallback
     /// then limits a key to `max` requests a second on each instance, not in flight.
     /// In-flight states are apart from the rate limits', whatever the layers' names.
     ///
@@ -248,9 +248,14 @@ impl<K, St, P, C, R, M> RateLimitLayer<K, St, P, C, R, M> {
     }
 
     /// How long a held request's units stay held if it is never settled (default 60 s): a
-    /// gateway that crashed, a task that never ran. A request that runs longer renews its
-    /// holds while it runs (from half the hold on, every third of it, on a task of its own),
-    /// and its body while it is read; a body left unread longer than the hold loses them.
+    /// gateway that crashed, a task that never ran. Cut to between 10 ms and 24 hours.
+    ///
+    /// A request still running at half its hold renews its holds on a task of its own (at
+    /// once, then every quarter of the hold, so one failed renewal is retried before they run
+    /// out), while its handler runs and while its body is read, until the body ends or is
+    /// dropped; a body never read after a fast handler keeps them for the hold alone. The
+    /// renewal and [`wait`](Self::wait) need a tokio runtime with its timer (`enable_time`, as
+    /// `tokio::main` and every server builds); outside a runtime nothing is renewed.
     ///
     /// ```
     /// use ratewarden_tower::{key::Global, MemoryStore, Quota, RateLimitLayer};
@@ -261,7 +266,7 @@ impl<K, St, P, C, R, M> RateLimitLayer<K, St, P, C, R, M> {
     /// # Ok::<(), ratewarden_tower::QuotaError>(())
     /// ```
     pub fn hold(mut self, hold: Duration) -> Self {
-        self.config.hold = hold;
+        self.config.hold = hold.clamp(super::settle::MIN_HOLD, super::settle::MAX_HOLD);
         self
     }
 

@@ -3,7 +3,9 @@
 //! [`SettleByFrames`].
 
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Context;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -207,24 +209,33 @@ pub(crate) mod sealed {
     }
 }
 
+/// The shortest hold [`hold`](super::RateLimitLayer::hold) keeps.
+pub(crate) const MIN_HOLD: Duration = Duration::from_millis(10);
+
+/// The longest hold [`hold`](super::RateLimitLayer::hold) keeps.
+pub(crate) const MAX_HOLD: Duration = Duration::from_secs(24 * 3_600);
+
 /// A held request's reservation, settled once: with the units counted, when told to
-/// ([`finish`](Self::finish)) or when dropped. A request that runs longer than half its hold
-/// time renews its holds on a task of its own (a heartbeat, every third of the hold) until
-/// it is settled: its units stay held while it runs, and come back a hold time after a
-/// gateway that crashed stopped renewing them.
+/// ([`finish`](Self::finish)) or when dropped. A request still running at half its hold
+/// time renews its holds on a task of its own (a heartbeat: at once, then every quarter of
+/// the hold) until it is settled: its units stay held while it runs, and come back a hold
+/// time after a gateway that crashed stopped renewing them.
 pub(crate) struct Settling {
     /// The reservation and its store, taken when settled.
     held: Option<Box<dyn Held>>,
     /// The renewing task, once started.
     beating: Option<tokio::task::AbortHandle>,
     renew_after: tokio::time::Instant,
+    /// Wakes a body waiting for its next frame at `renew_after` (made when it first waits).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
     per_frame: Option<PerFrame>,
     counted: u32,
 }
 
 /// A reservation with its store, behind one allocation whatever the store.
 trait Held: Send + Sync {
-    /// Spawns a task renewing the holds every third of the hold time, on the current runtime.
+    /// Spawns a task renewing the holds at once, then every quarter of the hold time, on the
+    /// current runtime.
     fn keep_alive(&self) -> Option<tokio::task::AbortHandle>;
     /// Settles at `actual` units, now or on a spawned task.
     fn settle(self: Box<Self>, actual: u32);
@@ -243,7 +254,6 @@ impl<St: Store> Held for Reserved<St> {
         let held = self.reservation.held().to_vec();
         let task = runtime.spawn(async move {
             loop {
-                tokio::time::sleep(hold / 3).await;
                 let renewed = store.renew(&held, hold).await;
                 #[cfg(feature = "tracing")]
                 if let Err(error) = renewed {
@@ -251,6 +261,7 @@ impl<St: Store> Held for Reserved<St> {
                 }
                 #[cfg(not(feature = "tracing"))]
                 let _ = renewed;
+                tokio::time::sleep(hold / 4).await;
             }
         });
         Some(task.abort_handle())
@@ -287,7 +298,8 @@ impl Settling {
                 hold,
             })),
             beating: None,
-            renew_after: tokio::time::Instant::now() + hold / 2,
+            renew_after: renew_after(hold),
+            timer: None,
             per_frame: None,
             counted: 0,
         }
@@ -330,6 +342,26 @@ impl Settling {
         }
     }
 
+    /// The body waits for its next frame: starts renewing at `renew_after` even if no frame
+    /// comes by then.
+    pub(crate) fn waiting(&mut self, cx: &mut Context<'_>) {
+        if self.beating.is_some() || self.held.is_none() {
+            return;
+        }
+        if self.timer.is_none() {
+            if tokio::runtime::Handle::try_current().is_err() {
+                return;
+            }
+            self.timer = Some(Box::pin(tokio::time::sleep_until(self.renew_after)));
+        }
+        if let Some(timer) = &mut self.timer
+            && timer.as_mut().poll(cx).is_ready()
+        {
+            self.timer = None;
+            self.keep_alive();
+        }
+    }
+
     pub(crate) fn finish(&mut self) {
         if let Some(beating) = self.beating.take() {
             beating.abort();
@@ -338,6 +370,13 @@ impl Settling {
             held.settle(self.counted);
         }
     }
+}
+
+/// Half the hold from now (a day from now for a hold the clock cannot add).
+fn renew_after(hold: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(hold / 2)
+        .unwrap_or_else(|| now + MAX_HOLD / 2)
 }
 
 impl Drop for Settling {
