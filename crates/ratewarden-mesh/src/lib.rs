@@ -1,0 +1,44 @@
+//! A shared rate limit without a central store: each gateway decides in its own memory, and
+//! gateways exchange what they counted by gossip. The protocol core, [`Node`], is sans-IO: it
+//! is fed checks, datagrams and ticks, and returns decisions and datagrams, so the same code
+//! runs over UDP and in the simulator (`sim/` in the workspace).
+//!
+//! # Modes and their bounds
+//!
+//! A quota of `rate` units a second with a burst `B` admits at most `B + rate × t` units in
+//! any interval of length `t` on one gateway. Across `N` gateways:
+//!
+//! - [`Mode::Escrow`] (the default): each gateway holds a share `s_i` of the quota (`Σ s_i ≤
+//!   1`), a bucket of capacity `s_i × B` refilled at `s_i × rate`. Shares move between
+//!   gateways only by being given: the giver takes the share and the same fraction of its
+//!   tokens before it sends them, the receiver adds what a running total adds to the last one
+//!   it applied. A share in flight (or lost, or behind a partition) is spent by no one.
+//!   **Over the quota: never**, in any interval, under loss, delay, duplication, reordering or
+//!   partition. **Unused**: shares move only while some gateway refuses; then each gateway
+//!   that has not refused lately gives half of what it holds above its part of the fleet's
+//!   weight (long-run demand, units refused lately, and an even prior) to those below
+//!   theirs. Load spread evenly below the quota moves nothing and loses nothing to the mesh;
+//!   a burst on one gateway has that gateway's share at once and about half of each other's
+//!   spare share a round from its first refusal on, so a burst shorter than a few rounds may
+//!   be refused up to `B × (1 − s_i)` that one exact limiter would admit. The simulator
+//!   measures what is left unused against one exact limiter fed the same requests.
+//! - [`Mode::Eventual`]: each gateway decides on the whole quota, charged with its own
+//!   admissions at once and with its peers' when it hears of them (per-gateway running totals,
+//!   merged by maximum). If every unit admitted elsewhere reaches every gateway within `D`,
+//!   then in any interval the fleet admits at most `B + rate × t` plus what the other
+//!   gateways admitted in the last `D` of it: **over the quota by at most `(N − 1) × (B +
+//!   rate × D)`**, and at most the units requested across the fleet in any `D`, whichever is
+//!   less (a steady trickle of `λ` requests a second: `λ × D`). `D` is about one gossip
+//!   interval plus the network's delay, a round more per datagram lost. **Unused: nothing**
+//!   beyond what an exact limiter leaves (peers' units are charged late, which delays the
+//!   refill by at most `D`).
+//!
+//! GCRA and the token bucket map onto these buckets directly; the window algorithms do not yet.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod bucket;
+mod node;
+pub mod wire;
+
+pub use node::{Config, Dropped, Full, Mode, Node, Outgoing, supports};
+pub use wire::NodeId;

@@ -1,0 +1,614 @@
+//! [`Node`]: one gateway's side of the mesh, sans-IO. It is fed checks, datagrams and ticks
+//! with the time, and returns decisions and datagrams to send; it never reads a clock, a
+//! socket or a random source of its own (its random peer choices come from a seed).
+
+use hashbrown::HashMap;
+use ratewarden_core::{Algorithm, Decision, Key, Quota, Timestamp};
+
+use crate::bucket::{OwingBucket, ShareBucket, WHOLE};
+use crate::wire::{Ack, Datagram, Entry, NodeId, Slot, Transfer, WireError};
+
+/// How gateways share a quota.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Each gateway decides on the whole quota, charged with its own admissions at once and
+    /// with its peers' as gossip brings them. Admits above the quota by what the other
+    /// gateways admit during one propagation delay (see the crate docs).
+    Eventual,
+    /// Each gateway spends only its share of the quota; shares follow demand, moved by
+    /// being given. Never admits above the quota.
+    #[default]
+    Escrow,
+}
+
+/// A [`Node`]'s settings.
+///
+/// ```
+/// use ratewarden_mesh::{Config, Mode};
+/// let config = Config::new(Mode::Escrow);
+/// assert_eq!(config.fanout, 3);
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    /// How gateways share each quota.
+    pub mode: Mode,
+    /// Peers each round's gossip goes to, chosen at random (all of them when there are fewer).
+    pub fanout: usize,
+    /// Rounds an entry is relayed after it changed; `None`: `ceil(log2 n) + 2` for `n` members.
+    pub relay_rounds: Option<u8>,
+    /// The largest datagram sent, in bytes.
+    pub max_datagram: usize,
+    /// Slots (key and quota) kept at most; a check of a new key beyond is refused with
+    /// [`Full`], an entry about one is dropped and counted.
+    pub max_slots: usize,
+    /// Entries no longer relayed (any origin's), resent each round (round robin over the
+    /// slots), so a view that missed an update or was cut off is repaired.
+    pub repair_per_round: usize,
+    /// Seeds the random choice of peers.
+    pub seed: u64,
+}
+
+impl Config {
+    /// The defaults for `mode`: fanout 3, datagrams of 1,400 bytes, 100,000 slots, 64
+    /// entries repaired a round.
+    #[must_use]
+    pub const fn new(mode: Mode) -> Self {
+        Self {
+            mode,
+            fanout: 3,
+            relay_rounds: None,
+            max_datagram: 1_400,
+            max_slots: 100_000,
+            repair_per_round: 64,
+            seed: 0,
+        }
+    }
+}
+
+/// A check of a new slot while a [`Node`] holds [`Config::max_slots`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full;
+
+impl std::fmt::Display for Full {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the mesh holds its maximum number of keys")
+    }
+}
+
+impl std::error::Error for Full {}
+
+/// Datagrams a [`Node`] dropped, by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Dropped {
+    /// Not a datagram ([`WireError`]).
+    pub malformed: u64,
+    /// From a gateway that is not a member, or addressed to another.
+    pub strangers: u64,
+    /// Entries or transfers about new slots beyond [`Config::max_slots`].
+    pub over_bound: u64,
+}
+
+/// One datagram to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The peer it goes to.
+    pub to: NodeId,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// One gateway's side of the mesh.
+///
+/// ```
+/// use ratewarden_core::{Key, Quota, Timestamp};
+/// use ratewarden_mesh::{Config, Mode, Node};
+///
+/// let quota: Quota = "10/s".parse()?;
+/// let members = [1, 2];
+/// let mut a = Node::new(1, &members, Config::new(Mode::Eventual));
+/// let mut b = Node::new(2, &members, Config::new(Mode::Eventual));
+/// let now = Timestamp::from_micros(0);
+/// for _ in 0..10 {
+///     assert!(a.check(now, &Key::from("k"), &quota, 1)?.is_allowed());
+/// }
+/// for out in a.tick(now) {
+///     b.receive(now, &out.bytes)?;
+/// }
+/// // b has heard of a's ten admissions.
+/// assert!(!b.check(now, &Key::from("k"), &quota, 1)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Node {
+    id: NodeId,
+    members: Vec<NodeId>,
+    me: usize,
+    config: Config,
+    relay_rounds: u8,
+    slots: HashMap<Slot, State, foldhash::fast::RandomState>,
+    /// Slots in the order they were made, for the repair round robin.
+    order: Vec<Slot>,
+    repair_at: usize,
+    round: u64,
+    rng: fastrand::Rng,
+    dropped: Dropped,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct View {
+    version: u64,
+    a: u64,
+    b: u64,
+    c: u64,
+    /// Rounds it is still relayed.
+    hot: u8,
+}
+
+#[derive(Debug)]
+enum Bucket {
+    Owing(OwingBucket),
+    Share(ShareBucket),
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Given {
+    share: u64,
+    tokens: u64,
+    acked: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    /// What each member (by index) last said of the slot.
+    views: Vec<View>,
+    bucket: Bucket,
+    /// Escrow: units asked for since the last round, admitted or not, and refused.
+    requested: u64,
+    refused: u64,
+    /// Escrow: units asked for a round, in thousandths, averaged over many rounds; and
+    /// units refused a round, averaged over a few.
+    demand: u64,
+    pressure: u64,
+    /// Escrow: running totals given to each member, and received from each.
+    given: Vec<Given>,
+    received: Vec<(u64, u64)>,
+    /// Escrow: members whose transfers we owe an acknowledgement.
+    ack_due: Vec<bool>,
+}
+
+impl Node {
+    /// A gateway `id` in a mesh of `members` (which should include `id`; it is added if not).
+    #[must_use]
+    pub fn new(id: NodeId, members: &[NodeId], config: Config) -> Self {
+        let mut members = members.to_vec();
+        members.push(id);
+        members.sort_unstable();
+        members.dedup();
+        let me = members.binary_search(&id).unwrap_or(0);
+        let n = members.len();
+        let relay_rounds = config.relay_rounds.unwrap_or_else(|| {
+            u8::try_from(usize::BITS - (n - 1).leading_zeros() + 2).unwrap_or(u8::MAX)
+        });
+        Self {
+            id,
+            me,
+            relay_rounds,
+            rng: fastrand::Rng::with_seed(config.seed ^ id),
+            config,
+            members,
+            slots: HashMap::default(),
+            order: Vec::new(),
+            repair_at: 0,
+            round: 0,
+            dropped: Dropped::default(),
+        }
+    }
+
+    /// This gateway's id.
+    #[must_use]
+    pub const fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The mesh's members, this gateway among them, sorted.
+    #[must_use]
+    pub fn members(&self) -> &[NodeId] {
+        &self.members
+    }
+
+    /// Datagrams dropped so far.
+    #[must_use]
+    pub const fn dropped(&self) -> Dropped {
+        self.dropped
+    }
+
+    /// Decides a request of `cost` units for `key` under `quota`, at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] for a new key while the node holds [`Config::max_slots`].
+    pub fn check(
+        &mut self,
+        now: Timestamp,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+    ) -> Result<Decision, Full> {
+        let now = now.as_micros();
+        let slot = Slot {
+            key: key.clone(),
+            quota: *quota,
+        };
+        let (me, relay) = (self.me, self.relay_rounds);
+        let state = self.state(slot, now).ok_or(Full)?;
+        let decision = match &mut state.bucket {
+            Bucket::Owing(bucket) => {
+                let decision = bucket.check(quota, now, cost);
+                if decision.is_allowed() {
+                    let own = &mut state.views[me];
+                    own.a += u64::from(cost);
+                    own.version = own.a;
+                    own.hot = relay;
+                }
+                decision
+            }
+            Bucket::Share(bucket) => {
+                state.requested = state.requested.saturating_add(u64::from(cost));
+                let decision = bucket.check(quota, now, cost);
+                if !decision.is_allowed() {
+                    state.refused = state.refused.saturating_add(u64::from(cost));
+                }
+                decision
+            }
+        };
+        Ok(decision)
+    }
+
+    /// Units of `key` under `quota` this gateway knows were admitted across the mesh (eventual
+    /// mode; 0 in escrow mode or for a key it has no state for).
+    #[must_use]
+    pub fn admitted_seen(&self, key: &Key, quota: &Quota) -> u64 {
+        let slot = Slot {
+            key: key.clone(),
+            quota: *quota,
+        };
+        match self.slots.get(&slot) {
+            Some(state) if matches!(state.bucket, Bucket::Owing(_)) => {
+                state.views.iter().map(|v| v.a).sum()
+            }
+            _ => 0,
+        }
+    }
+
+    /// Units of `key` under `quota` this gateway knows `origin` admitted (eventual mode; 0
+    /// otherwise).
+    #[must_use]
+    pub fn admitted_from(&self, key: &Key, quota: &Quota, origin: NodeId) -> u64 {
+        let slot = Slot {
+            key: key.clone(),
+            quota: *quota,
+        };
+        let Ok(i) = self.members.binary_search(&origin) else {
+            return 0;
+        };
+        match self.slots.get(&slot) {
+            Some(state) if matches!(state.bucket, Bucket::Owing(_)) => state.views[i].a,
+            _ => 0,
+        }
+    }
+
+    /// This gateway's share of `quota` for `key`, in parts per million (escrow mode; `None`
+    /// in eventual mode or for a key it has no state for: its share is then its first one).
+    #[must_use]
+    pub fn share(&self, key: &Key, quota: &Quota) -> Option<u64> {
+        let slot = Slot {
+            key: key.clone(),
+            quota: *quota,
+        };
+        match &self.slots.get(&slot)?.bucket {
+            Bucket::Share(bucket) => Some(bucket.share()),
+            Bucket::Owing(_) => None,
+        }
+    }
+
+    /// One gossip round: rebalances escrow shares, and returns the datagrams to send.
+    pub fn tick(&mut self, now: Timestamp) -> Vec<Outgoing> {
+        let now = now.as_micros();
+        self.round += 1;
+        if self.config.mode == Mode::Escrow {
+            self.rebalance(now);
+        }
+        let n = self.members.len();
+        let mut to: Vec<Datagram> = self
+            .members
+            .iter()
+            .map(|&peer| Datagram {
+                from: self.id,
+                to: peer,
+                ..Datagram::default()
+            })
+            .collect();
+        // Gossip: what changed lately, any origin's, to `fanout` peers at random.
+        let mut peers: Vec<usize> = (0..n).filter(|&i| i != self.me).collect();
+        self.rng.shuffle(&mut peers);
+        peers.truncate(self.config.fanout);
+        let mut gossip = Vec::new();
+        for (slot, state) in &mut self.slots {
+            for (origin, view) in state.views.iter_mut().enumerate() {
+                if view.hot > 0 {
+                    view.hot -= 1;
+                    gossip.push(entry(slot, self.members[origin], view));
+                }
+            }
+        }
+        // Repair: what this gateway knows of a few slots (any origin's entries that are no
+        // longer relayed), round robin, so a view that missed an update or was cut off is
+        // made whole.
+        let mut repaired = 0;
+        for _ in 0..self.order.len() {
+            if repaired >= self.config.repair_per_round {
+                break;
+            }
+            self.repair_at = (self.repair_at + 1) % self.order.len();
+            let slot = &self.order[self.repair_at];
+            if let Some(state) = self.slots.get(slot) {
+                for (origin, view) in state.views.iter().enumerate() {
+                    if view.hot == 0 && view.version > 0 {
+                        gossip.push(entry(slot, self.members[origin], view));
+                        repaired += 1;
+                    }
+                }
+            }
+        }
+        for &peer in &peers {
+            to[peer].entries.clone_from(&gossip);
+        }
+        // Escrow: transfers until acknowledged, and acknowledgements, to each peer concerned.
+        for (slot, state) in &mut self.slots {
+            for (peer, given) in state.given.iter().enumerate() {
+                if given.acked < given.share {
+                    to[peer].transfers.push(Transfer {
+                        slot: slot.clone(),
+                        share: given.share,
+                        tokens: given.tokens,
+                    });
+                }
+            }
+            for (peer, due) in state.ack_due.iter_mut().enumerate() {
+                if std::mem::take(due) {
+                    to[peer].acks.push(Ack {
+                        slot: slot.clone(),
+                        share: state.received[peer].0,
+                    });
+                }
+            }
+        }
+        let max = self.config.max_datagram;
+        to.into_iter()
+            .filter(|d| {
+                d.to != self.id
+                    && !(d.entries.is_empty() && d.transfers.is_empty() && d.acks.is_empty())
+            })
+            .flat_map(|d| {
+                let peer = d.to;
+                d.encode(max)
+                    .into_iter()
+                    .map(move |bytes| Outgoing { to: peer, bytes })
+            })
+            .collect()
+    }
+
+    /// Applies a datagram from a peer. Applying one twice, or late, changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`WireError`] for bytes that are not a datagram (counted in [`Dropped::malformed`]).
+    /// A datagram from a stranger or for another gateway is dropped and counted
+    /// ([`Dropped::strangers`]), not an error.
+    pub fn receive(&mut self, now: Timestamp, bytes: &[u8]) -> Result<(), WireError> {
+        let now = now.as_micros();
+        let datagram = Datagram::decode(bytes).inspect_err(|_| self.dropped.malformed += 1)?;
+        let Ok(from) = self.members.binary_search(&datagram.from) else {
+            self.dropped.strangers += 1;
+            return Ok(());
+        };
+        if datagram.to != self.id || from == self.me {
+            self.dropped.strangers += 1;
+            return Ok(());
+        }
+        let relay = self.relay_rounds;
+        let mode = self.config.mode;
+        for e in datagram.entries {
+            let Ok(origin) = self.members.binary_search(&e.origin) else {
+                continue;
+            };
+            if mode == Mode::Escrow && origin == self.me {
+                continue; // this gateway's share is its own to say
+            }
+            let Some(state) = self.state(e.slot.clone(), now) else {
+                self.dropped.over_bound += 1;
+                continue;
+            };
+            let view = &mut state.views[origin];
+            if e.version <= view.version {
+                continue;
+            }
+            if let Bucket::Owing(bucket) = &mut state.bucket {
+                let quota = &e.slot.quota;
+                let owed = if view.version == 0 {
+                    // First heard of: at most what one period can have admitted.
+                    e.a.min(u64::from(quota.burst()) + u64::from(quota.count()))
+                } else {
+                    e.a.saturating_sub(view.a)
+                };
+                bucket.owe(quota, now, owed);
+            }
+            *view = View {
+                version: e.version,
+                a: e.a,
+                b: e.b,
+                c: e.c,
+                hot: relay,
+            };
+        }
+        for t in datagram.transfers {
+            let Some(state) = self.state(t.slot.clone(), now) else {
+                self.dropped.over_bound += 1;
+                continue;
+            };
+            if let Bucket::Share(bucket) = &mut state.bucket {
+                let (share, tokens) = &mut state.received[from];
+                let (more_share, more_tokens) = (
+                    t.share.saturating_sub(*share),
+                    t.tokens.saturating_sub(*tokens),
+                );
+                *share = (*share).max(t.share);
+                *tokens = (*tokens).max(t.tokens);
+                bucket.add(&t.slot.quota, now, more_share, more_tokens);
+                state.ack_due[from] = true;
+            }
+        }
+        for a in datagram.acks {
+            if let Some(state) = self.slots.get_mut(&a.slot) {
+                let given = &mut state.given[from];
+                given.acked = given.acked.max(a.share).min(given.share);
+            }
+        }
+        Ok(())
+    }
+
+    /// The slot's state, made if new and there is room.
+    fn state(&mut self, slot: Slot, now: u64) -> Option<&mut State> {
+        if !self.slots.contains_key(&slot) {
+            if self.slots.len() >= self.config.max_slots {
+                return None;
+            }
+            let n = self.members.len();
+            let bucket = match self.config.mode {
+                Mode::Eventual => Bucket::Owing(OwingBucket::full(&slot.quota, now)),
+                Mode::Escrow => {
+                    Bucket::Share(ShareBucket::full(&slot.quota, first_share(self.me, n), now))
+                }
+            };
+            let state = State {
+                views: vec![View::default(); n],
+                bucket,
+                requested: 0,
+                refused: 0,
+                demand: 0,
+                pressure: 0,
+                given: vec![Given::default(); n],
+                received: vec![(0, 0); n],
+                ack_due: vec![false; n],
+            };
+            self.order.push(slot.clone());
+            self.slots.insert(slot.clone(), state);
+        }
+        self.slots.get_mut(&slot)
+    }
+
+    /// Escrow: each slot's demand is updated, and a gateway holding more than its part of
+    /// the demand gives half the difference to those holding less.
+    fn rebalance(&mut self, now: u64) {
+        let (me, round, relay) = (self.me, self.round, self.relay_rounds);
+        let n = self.members.len();
+        for (slot, state) in &mut self.slots {
+            let Bucket::Share(bucket) = &mut state.bucket else {
+                continue;
+            };
+            // What this gateway asks for: its demand over the long run (shares stay even
+            // under demand spread evenly, however sparse), and four times what it had to
+            // refuse lately (a burst on one gateway draws shares within a few rounds).
+            let own = state.views[me];
+            state.demand = (state.demand * (SLOW - 1)
+                + std::mem::take(&mut state.requested).saturating_mul(1_000))
+                / SLOW;
+            state.pressure = (state.pressure * (FAST - 1)
+                + std::mem::take(&mut state.refused).saturating_mul(1_000))
+                / FAST;
+            let (demand, pressure) = (state.demand, state.pressure);
+            if demand != own.a || bucket.share() != own.b || pressure != own.c || own.version == 0 {
+                state.views[me] = View {
+                    version: round,
+                    a: demand,
+                    b: bucket.share(),
+                    c: pressure,
+                    hot: relay,
+                };
+            }
+            let share_of = |i: usize, view: &View| {
+                if view.version == 0 {
+                    first_share(i, n)
+                } else {
+                    view.b
+                }
+            };
+            // Shares move only while some gateway refuses, and only from those that do not,
+            // toward a weight of demand, pressure and an even prior.
+            if state.views[me].c > 0 || state.views.iter().all(|v| v.c == 0) {
+                continue;
+            }
+            let prior = (state.views.iter().map(|v| v.a).sum::<u64>() / n as u64).max(1);
+            let weight = |v: &View| u128::from(v.a + PRESSURE * v.c + prior);
+            let total: u128 = state.views.iter().map(weight).sum();
+            let target = |i: usize| {
+                let part = weight(&state.views[i]) * u128::from(WHOLE) / total;
+                u64::try_from(part).unwrap_or(WHOLE)
+            };
+            let excess = bucket.share().saturating_sub(target(me)) / 2;
+            if excess < WHOLE / 1_000 {
+                continue;
+            }
+            let needs: Vec<(usize, u64)> = (0..n)
+                .filter(|&i| i != me)
+                .map(|i| (i, target(i).saturating_sub(share_of(i, &state.views[i]))))
+                .filter(|&(_, need)| need > 0)
+                .collect();
+            let total_need: u128 = needs.iter().map(|&(_, need)| u128::from(need)).sum();
+            if total_need == 0 {
+                continue;
+            }
+            let giving = u128::from(excess).min(total_need);
+            for (peer, need) in needs {
+                let part = u64::try_from(giving * u128::from(need) / total_need).unwrap_or(0);
+                let (part, tokens) = bucket.take(&slot.quota, now, part);
+                let given = &mut state.given[peer];
+                given.share += part;
+                given.tokens += tokens;
+            }
+        }
+    }
+}
+
+/// Rounds the demand is averaged over.
+const SLOW: u64 = 64;
+/// Rounds the pressure (units refused) is averaged over.
+const FAST: u64 = 4;
+/// How much more a unit refused weighs than a unit asked for.
+const PRESSURE: u64 = 1;
+
+/// Member `i`'s share of a quota no one has moved yet: equal parts, the rest to the first.
+fn first_share(i: usize, n: usize) -> u64 {
+    let n = n as u64;
+    WHOLE / n + u64::from((i as u64) < WHOLE % n)
+}
+
+fn entry(slot: &Slot, origin: NodeId, view: &View) -> Entry {
+    Entry {
+        slot: slot.clone(),
+        origin,
+        version: view.version,
+        a: view.a,
+        b: view.b,
+        c: view.c,
+    }
+}
+
+/// Whether the mesh decides `algorithm` (GCRA and the token bucket, which bound every
+/// interval the same way).
+#[must_use]
+pub const fn supports(algorithm: Algorithm) -> bool {
+    matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket)
+}

@@ -1,0 +1,105 @@
+//! Runs the mesh's grids and prints their tables (BENCHMARKS.md).
+//!
+//! `cargo run --release -p ratewarden-sim [TRACES]` (1,000 runs per cell by default).
+
+use ratewarden_core::Quota;
+use ratewarden_mesh::Mode;
+use ratewarden_sim::{Cell, cell, convergence, eventual_bound, quota, regions, run};
+
+fn main() {
+    let traces = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000);
+    for mode in [Mode::Escrow, Mode::Eventual] {
+        println!("\n{mode:?}, quota 100/min (burst 100), 20 s runs, {traces} runs a cell\n");
+        println!(
+            "| N | interval | loss | worst excess | mean excess | runs over bound | longest delay D | admitted / exact limiter | worst shortfall | bytes a gateway a round |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for n in [3, 10, 32] {
+            for interval in [50_000, 100_000, 500_000] {
+                for loss in [0.0, 0.05] {
+                    let s = cell(Cell {
+                        mode,
+                        n,
+                        interval,
+                        loss,
+                        traces,
+                        seed: 1,
+                    });
+                    println!(
+                        "| {n} | {} ms | {:.0}% | {:.2} | {:.2} | {} | {} ms | {:.3} | {} | {:.0} |",
+                        interval / 1_000,
+                        loss * 100.0,
+                        s.worst_excess,
+                        s.mean_excess,
+                        s.over_bound,
+                        s.worst_delay / 1_000,
+                        s.admitted as f64 / s.ideal.max(1) as f64,
+                        s.worst_shortfall,
+                        s.bytes_per_round,
+                    );
+                }
+            }
+        }
+    }
+    println!(
+        "\nEventual: rounds after a burst of 50 on one gateway until every view is within 1 unit ({traces} runs)\n"
+    );
+    println!("| N | interval | loss | p50 | p99 | max | ceil(log2 N) + 2 |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for n in [3_usize, 10, 32] {
+        for interval in [50_000, 100_000, 500_000] {
+            for loss in [0.0, 0.05] {
+                let mut rounds: Vec<u64> = convergence(n, interval, loss, traces, 1)
+                    .into_iter()
+                    .map(|r| r.unwrap_or(u64::MAX))
+                    .collect();
+                rounds.sort_unstable();
+                let at = |q: f64| rounds[((rounds.len() as f64 - 1.0) * q) as usize];
+                println!(
+                    "| {n} | {} ms | {:.0}% | {} | {} | {} | {} |",
+                    interval / 1_000,
+                    loss * 100.0,
+                    at(0.5),
+                    at(0.99),
+                    at(1.0),
+                    u64::from(usize::BITS - (n - 1).leading_zeros()) + 2
+                );
+            }
+        }
+    }
+    let quota: Quota = quota();
+    let rate = f64::from(quota.count()) / quota.period_micros() as f64;
+    println!(
+        "\nRegions: 3 x 4 gateways, 80 ms apart, region 3 cut off from 10 s to 40 s of 60 s, load 2x the rate, gossip 100 ms\n"
+    );
+    println!(
+        "| mode | seed | admitted | exact limiter | excess | stated bound | counted everywhere after the heal |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for mode in [Mode::Escrow, Mode::Eventual] {
+        for seed in 0..5 {
+            let r = run(&regions(mode, 100_000, 2.0, seed));
+            let bound = match mode {
+                Mode::Escrow => 0.0,
+                Mode::Eventual => {
+                    f64::from(quota.burst())
+                        + rate * 30_000_000.0
+                        + eventual_bound(&quota, 8, &r)
+                        + eventual_bound(&quota, 4, &r)
+                }
+            };
+            let lag = if mode == Mode::Eventual {
+                format!("{} ms", r.heal_lag / 1_000)
+            } else {
+                "-".into()
+            };
+            println!(
+                "| {mode:?} | {seed} | {} | {} | {:.2} | {:.2} | {lag} |",
+                r.admitted, r.ideal, r.excess, bound
+            );
+        }
+    }
+}
