@@ -38,7 +38,12 @@
 
 mod bucket;
 mod node;
+mod seal;
+#[cfg(feature = "udp")]
+mod store;
 pub mod wire;
 
-pub use node::{Config, Dropped, Full, Mode, Node, Outgoing, supports};
+pub use node::{Config, Dropped, Full, Mode, Node, Outgoing, ShortSecret, supports};
+#[cfg(feature = "udp")]
+pub use store::{MeshBuilder, MeshStore, node_id};
 pub use wire::NodeId;

@@ -6,6 +6,7 @@ use hashbrown::HashMap;
 use ratewarden_core::{Algorithm, Decision, Key, Quota, Timestamp};
 
 use crate::bucket::{OwingBucket, ShareBucket, WHOLE};
+use crate::seal::{MIN_SECRET, Sealer, Window};
 use crate::wire::{Ack, Datagram, Entry, NodeId, Slot, Transfer, WireError};
 
 /// How gateways share a quota.
@@ -47,6 +48,11 @@ pub struct Config {
     pub repair_per_round: usize,
     /// Seeds the random choice of peers.
     pub seed: u64,
+    /// The first sequence number this gateway seals a datagram with; peers drop numbers
+    /// they have seen or older than the last 64, so a gateway that restarts must start
+    /// above where it stopped (the time in microseconds, say).
+    pub first_sequence: u64,
+    pub(crate) sealer: Option<Sealer>,
 }
 
 impl Config {
@@ -62,9 +68,41 @@ impl Config {
             max_slots: 100_000,
             repair_per_round: 64,
             seed: 0,
+            first_sequence: 0,
+            sealer: None,
         }
     }
+
+    /// Seals every datagram with HMAC-SHA256 under `secret` (shared by the mesh), and drops
+    /// every datagram not sealed under it ([`Dropped::forged`]) or sealed with a sequence
+    /// number seen before or older than the sender's last 64 ([`Dropped::replayed`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ShortSecret`] for a secret shorter than 16 bytes.
+    ///
+    /// ```
+    /// use ratewarden_mesh::{Config, Mode};
+    /// assert!(Config::new(Mode::Escrow).secret(b"a secret of 16 bytes or more").is_ok());
+    /// assert!(Config::new(Mode::Escrow).secret(b"short").is_err());
+    /// ```
+    pub fn secret(mut self, secret: &[u8]) -> Result<Self, ShortSecret> {
+        self.sealer = Some(Sealer::new(secret).ok_or(ShortSecret)?);
+        Ok(self)
+    }
 }
+
+/// A mesh secret shorter than 16 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShortSecret;
+
+impl std::fmt::Display for ShortSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a mesh secret must be at least {MIN_SECRET} bytes")
+    }
+}
+
+impl std::error::Error for ShortSecret {}
 
 /// A check of a new slot while a [`Node`] holds [`Config::max_slots`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +126,10 @@ pub struct Dropped {
     pub strangers: u64,
     /// Entries or transfers about new slots beyond [`Config::max_slots`].
     pub over_bound: u64,
+    /// Not sealed under the mesh's secret ([`Config::secret`]).
+    pub forged: u64,
+    /// Sealed with a sequence number seen before, or older than the sender's last 64.
+    pub replayed: u64,
 }
 
 /// One datagram to send.
@@ -134,6 +176,12 @@ pub struct Node {
     round: u64,
     rng: fastrand::Rng,
     dropped: Dropped,
+    /// The last sequence number sealed.
+    sequence: u64,
+    /// Each member's sequence numbers seen.
+    windows: Vec<Window>,
+    /// When each member was last heard from (µs).
+    heard: Vec<Option<u64>>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -196,6 +244,9 @@ impl Node {
             me,
             relay_rounds,
             rng: fastrand::Rng::with_seed(config.seed ^ id),
+            sequence: config.first_sequence,
+            windows: vec![Window::default(); n],
+            heard: vec![None; n],
             config,
             members,
             slots: HashMap::default(),
@@ -264,6 +315,59 @@ impl Node {
             }
         };
         Ok(decision)
+    }
+
+    /// Whether a request of cost 1 would be admitted now, counting nothing and making no
+    /// state for a key it has none for.
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Quota, Timestamp};
+    /// use ratewarden_mesh::{Config, Mode, Node};
+    /// let node = Node::new(1, &[1, 2], Config::new(Mode::Escrow));
+    /// let quota: Quota = "10/s".parse()?;
+    /// assert!(node.peek(Timestamp::from_micros(0), &Key::from("k"), &quota).is_allowed());
+    /// # Ok::<(), ratewarden_core::ParseQuotaError>(())
+    /// ```
+    #[must_use]
+    pub fn peek(&self, now: Timestamp, key: &Key, quota: &Quota) -> Decision {
+        let now = now.as_micros();
+        let slot = Slot {
+            key: key.clone(),
+            quota: *quota,
+        };
+        let bucket = match self.slots.get(&slot) {
+            Some(state) => match &state.bucket {
+                Bucket::Owing(b) => Bucket::Owing(*b),
+                Bucket::Share(b) => Bucket::Share(*b),
+            },
+            None => self.fresh(quota, now),
+        };
+        match bucket {
+            Bucket::Owing(mut b) => b.check(quota, now, 1),
+            Bucket::Share(mut b) => b.check(quota, now, 1),
+        }
+    }
+
+    /// The gateways heard from since `since` (this one among them). Each round goes to
+    /// [`Config::fanout`] peers at random, so a member is heard from about every
+    /// `(n - 1) / fanout` rounds.
+    #[must_use]
+    pub fn live(&self, since: Timestamp) -> Vec<NodeId> {
+        let since = since.as_micros();
+        (0..self.members.len())
+            .filter(|&i| i == self.me || self.heard[i].is_some_and(|at| at >= since))
+            .map(|i| self.members[i])
+            .collect()
+    }
+
+    fn fresh(&self, quota: &Quota, now: u64) -> Bucket {
+        match self.config.mode {
+            Mode::Eventual => Bucket::Owing(OwingBucket::full(quota, now)),
+            Mode::Escrow => {
+                let share = first_share(self.me, self.members.len());
+                Bucket::Share(ShareBucket::full(quota, share, now))
+            }
+        }
     }
 
     /// Units of `key` under `quota` this gateway knows were admitted across the mesh (eventual
@@ -386,18 +490,26 @@ impl Node {
             }
         }
         let max = self.config.max_datagram;
-        to.into_iter()
-            .filter(|d| {
-                d.to != self.id
-                    && !(d.entries.is_empty() && d.transfers.is_empty() && d.acks.is_empty())
-            })
-            .flat_map(|d| {
-                let peer = d.to;
-                d.encode(max)
-                    .into_iter()
-                    .map(move |bytes| Outgoing { to: peer, bytes })
-            })
-            .collect()
+        let mut out = Vec::new();
+        for (i, d) in to.into_iter().enumerate() {
+            // The round's peers hear from this gateway even when it has nothing to say (it
+            // is alive); others only when it has.
+            let empty = d.entries.is_empty() && d.transfers.is_empty() && d.acks.is_empty();
+            if i == self.me || (empty && !peers.contains(&i)) {
+                continue;
+            }
+            for bytes in d.encode(max) {
+                let bytes = match &self.config.sealer {
+                    Some(sealer) => {
+                        self.sequence += 1;
+                        sealer.seal(self.sequence, &bytes)
+                    }
+                    None => bytes,
+                };
+                out.push(Outgoing { to: d.to, bytes });
+            }
+        }
+        out
     }
 
     /// Applies a datagram from a peer. Applying one twice, or late, changes nothing.
@@ -409,6 +521,16 @@ impl Node {
     /// ([`Dropped::strangers`]), not an error.
     pub fn receive(&mut self, now: Timestamp, bytes: &[u8]) -> Result<(), WireError> {
         let now = now.as_micros();
+        let (sequence, bytes) = match &self.config.sealer {
+            Some(sealer) => {
+                let Some(opened) = sealer.open(bytes) else {
+                    self.dropped.forged += 1;
+                    return Ok(());
+                };
+                (Some(opened.0), opened.1)
+            }
+            None => (None, bytes),
+        };
         let datagram = Datagram::decode(bytes).inspect_err(|_| self.dropped.malformed += 1)?;
         let Ok(from) = self.members.binary_search(&datagram.from) else {
             self.dropped.strangers += 1;
@@ -418,6 +540,13 @@ impl Node {
             self.dropped.strangers += 1;
             return Ok(());
         }
+        if let Some(sequence) = sequence
+            && !self.windows[from].accept(sequence)
+        {
+            self.dropped.replayed += 1;
+            return Ok(());
+        }
+        self.heard[from] = Some(now);
         let relay = self.relay_rounds;
         let mode = self.config.mode;
         for e in datagram.entries {

@@ -1,0 +1,318 @@
+//! [`MeshStore`]: a [`Node`] over a UDP socket, its gossip on a tokio task of its own, as a
+//! [`Store`]. A check locks the node for the time of one decision and never awaits the
+//! network.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ratewarden_core::{
+    Clock, Decision, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
+};
+use tokio::net::UdpSocket;
+
+use crate::node::{Config, Dropped, Mode, Node, ShortSecret};
+use crate::wire::NodeId;
+
+/// A gateway's id from its mesh address: an IPv4 address and port packed, or for IPv6 a
+/// hash of both.
+///
+/// ```
+/// use ratewarden_mesh::node_id;
+/// let a = node_id("127.0.0.1:7000".parse()?);
+/// assert_ne!(a, node_id("127.0.0.1:7001".parse()?));
+/// # Ok::<(), std::net::AddrParseError>(())
+/// ```
+#[must_use]
+pub fn node_id(addr: SocketAddr) -> NodeId {
+    match addr {
+        SocketAddr::V4(v4) => (u64::from(v4.ip().to_bits()) << 16) | u64::from(v4.port()),
+        SocketAddr::V6(v6) => {
+            let bits = v6.ip().to_bits();
+            let folded = (bits >> 64) as u64 ^ bits as u64;
+            (folded.rotate_left(16) ^ u64::from(v6.port())) | (1 << 63)
+        }
+    }
+}
+
+/// Builds a [`MeshStore`]: its address, its peers' and the shared secret.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use ratewarden_mesh::{MeshStore, Mode};
+/// let store = MeshStore::builder("127.0.0.1:7001".parse()?)
+///     .peers(["127.0.0.1:7002".parse()?, "127.0.0.1:7003".parse()?])
+///     .mode(Mode::Escrow)
+///     .secret(b"a secret every gateway shares")?
+///     .bind()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use]
+pub struct MeshBuilder {
+    addr: SocketAddr,
+    peers: Vec<SocketAddr>,
+    config: Config,
+    interval: Duration,
+    sealed: bool,
+}
+
+impl MeshBuilder {
+    /// The other gateways' mesh addresses (the mesh's members are these and this one).
+    pub fn peers(mut self, peers: impl IntoIterator<Item = SocketAddr>) -> Self {
+        self.peers.extend(peers);
+        self
+    }
+
+    /// How gateways share each quota (default [`Mode::Escrow`]).
+    pub const fn mode(mut self, mode: Mode) -> Self {
+        self.config.mode = mode;
+        self
+    }
+
+    /// How often gossip goes out (default 100 ms; at least 1 ms).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The node's settings beyond the mode (fanout, datagram size, slots).
+    pub fn config(mut self, config: Config) -> Self {
+        let sealed = self.config.clone();
+        self.config = config;
+        if self.sealed {
+            self.config.take_sealer(sealed);
+        }
+        self
+    }
+
+    /// The secret every gateway of the mesh shares (at least 16 bytes): every datagram is
+    /// sealed with HMAC-SHA256 under it, and one that is not, or is replayed, is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`ShortSecret`] for a shorter secret.
+    pub fn secret(mut self, secret: &[u8]) -> Result<Self, ShortSecret> {
+        self.config = self.config.secret(secret)?;
+        self.sealed = true;
+        Ok(self)
+    }
+
+    /// Binds the socket and starts gossiping (on the current tokio runtime).
+    ///
+    /// # Errors
+    ///
+    /// An [`io::Error`] if the address cannot be bound, or
+    /// [`io::ErrorKind::InvalidInput`] without a [secret](Self::secret).
+    pub async fn bind(self) -> io::Result<MeshStore> {
+        if !self.sealed {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a mesh needs a secret: strangers could inject consumption without one",
+            ));
+        }
+        let socket = Arc::new(UdpSocket::bind(self.addr).await?);
+        let addr = socket.local_addr()?;
+        let id = node_id(addr);
+        let addresses: HashMap<NodeId, SocketAddr> = self
+            .peers
+            .iter()
+            .map(|&peer| (node_id(peer), peer))
+            .chain([(id, addr)])
+            .collect();
+        let members: Vec<NodeId> = addresses.keys().copied().collect();
+        let mut config = self.config;
+        config.first_sequence = sequence_start();
+        let fanout = config.fanout;
+        let shared = Arc::new(Shared {
+            fanout,
+            node: Mutex::new(Node::new(id, &members, config)),
+            clock: MonotonicClock::new(),
+            interval: self.interval,
+            addr,
+        });
+        let task = tokio::spawn(gossip(Arc::clone(&shared), socket, addresses));
+        Ok(MeshStore {
+            shared,
+            _task: Arc::new(Task(task.abort_handle())),
+        })
+    }
+}
+
+impl Config {
+    /// Keeps `other`'s secret in this config.
+    fn take_sealer(&mut self, other: Self) {
+        self.sealer = other.sealer;
+    }
+}
+
+/// Sequence numbers start at the time in microseconds, so a gateway that restarts starts
+/// above where it stopped.
+fn sequence_start() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+#[derive(Debug)]
+struct Shared {
+    node: Mutex<Node>,
+    clock: MonotonicClock,
+    interval: Duration,
+    fanout: usize,
+    addr: SocketAddr,
+}
+
+impl Shared {
+    fn node(&self) -> std::sync::MutexGuard<'_, Node> {
+        // A panic while holding the lock leaves a consistent node: every step is one call.
+        self.node.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Aborts the gossip task when the last clone of the store is dropped.
+#[derive(Debug)]
+struct Task(tokio::task::AbortHandle);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Receives datagrams and ticks, until aborted.
+async fn gossip(
+    shared: Arc<Shared>,
+    socket: Arc<UdpSocket>,
+    addresses: HashMap<NodeId, SocketAddr>,
+) {
+    let mut ticks = tokio::time::interval(shared.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut buf = vec![0_u8; 65_536];
+    loop {
+        tokio::select! {
+            received = socket.recv_from(&mut buf) => {
+                if let Ok((len, _)) = received {
+                    let now = shared.clock.now();
+                    // Malformed datagrams are counted by the node.
+                    let _ = shared.node().receive(now, &buf[..len]);
+                }
+            }
+            _ = ticks.tick() => {
+                let now = shared.clock.now();
+                let out = shared.node().tick(now);
+                for datagram in out {
+                    if let Some(addr) = addresses.get(&datagram.to) {
+                        // A datagram that cannot be sent is as lost: the protocol repairs it.
+                        let _ = socket.send_to(&datagram.bytes, addr).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A [`Store`] shared by a fleet of gateways without a central server: each decides in its
+/// own memory ([`Node`]) and exchanges what it counted with its peers over UDP, sealed under
+/// a shared secret. Clones share one node and one socket; the gossip stops when the last is
+/// dropped.
+///
+/// Decides GCRA and token-bucket quotas (the window algorithms answer
+/// [`StoreErrorKind::Unsupported`]); [`reset`](Store::reset) is not supported either (a
+/// gateway cannot take back what its peers counted).
+#[derive(Clone, Debug)]
+pub struct MeshStore {
+    shared: Arc<Shared>,
+    _task: Arc<Task>,
+}
+
+impl MeshStore {
+    /// Starts building a store whose socket binds `addr` (port 0: any free port).
+    pub fn builder(addr: SocketAddr) -> MeshBuilder {
+        MeshBuilder {
+            addr,
+            peers: Vec::new(),
+            config: Config::new(Mode::Escrow),
+            interval: Duration::from_millis(100),
+            sealed: false,
+        }
+    }
+
+    /// The address the socket is bound to.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// This gateway's id ([`node_id`] of its address).
+    #[must_use]
+    pub fn id(&self) -> NodeId {
+        self.shared.node().id()
+    }
+
+    /// The members heard from lately, this one among them: in the last `3 + 2 × (n − 1) /
+    /// fanout` gossip intervals (each round goes to `fanout` peers at random).
+    #[must_use]
+    pub fn live(&self) -> Vec<NodeId> {
+        let now = self.shared.clock.now().as_nanos();
+        let rounds = {
+            let node = self.shared.node();
+            let others = u32::try_from(node.members().len() - 1).unwrap_or(u32::MAX);
+            let fanout = u32::try_from(self.shared.fanout.max(1)).unwrap_or(u32::MAX);
+            3 + 2 * others.div_ceil(fanout)
+        };
+        let window = u64::try_from((self.shared.interval * rounds).as_nanos()).unwrap_or(u64::MAX);
+        let since = Timestamp::from_nanos(now.saturating_sub(window));
+        self.shared.node().live(since)
+    }
+
+    /// Datagrams dropped so far, by reason.
+    #[must_use]
+    pub fn dropped(&self) -> Dropped {
+        self.shared.node().dropped()
+    }
+
+    fn decide(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
+        if !crate::supports(quota.algorithm()) {
+            return Err(StoreError::with_source(
+                StoreErrorKind::Unsupported,
+                "the mesh decides GCRA and token-bucket quotas",
+            ));
+        }
+        let now = self.shared.clock.now();
+        self.shared
+            .node()
+            .check(now, key, quota, cost)
+            .map_err(|full| StoreError::with_source(StoreErrorKind::OutOfMemory, full.to_string()))
+    }
+}
+
+impl Store for MeshStore {
+    async fn check(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
+        self.decide(key, quota, cost)
+    }
+
+    fn check_ready(
+        &self,
+        key: &Key,
+        quota: &Quota,
+        cost: u32,
+    ) -> Option<Result<Decision, StoreError>> {
+        Some(self.decide(key, quota, cost))
+    }
+
+    async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
+        let now = self.shared.clock.now();
+        Ok(self.shared.node().peek(now, key, quota))
+    }
+
+    async fn reset(&self, _: &Key, _: &Quota) -> Result<(), StoreError> {
+        Err(StoreError::with_source(
+            StoreErrorKind::Unsupported,
+            "a mesh gateway cannot take back what its peers counted",
+        ))
+    }
+}

@@ -1,0 +1,142 @@
+//! `MeshStore` over real UDP sockets on loopback: gateways find each other, share one quota
+//! within their mode's bound, and drop what a stranger sends.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use ratewarden_core::{Key, Quota, Store};
+use ratewarden_mesh::{MeshStore, Mode};
+
+const SECRET: &[u8] = b"a secret the test's gateways share";
+
+/// `n` free loopback addresses.
+fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let sockets: Vec<UdpSocket> = (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    sockets.iter().map(|s| s.local_addr().unwrap()).collect()
+}
+
+async fn mesh(n: usize, mode: Mode) -> Vec<MeshStore> {
+    let addrs = free_addrs(n);
+    let mut stores = Vec::new();
+    for (i, &addr) in addrs.iter().enumerate() {
+        let peers = addrs
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != i)
+            .map(|(_, &a)| a);
+        let store = MeshStore::builder(addr)
+            .peers(peers)
+            .mode(mode)
+            .interval(Duration::from_millis(20))
+            .secret(SECRET)
+            .unwrap()
+            .bind()
+            .await
+            .unwrap();
+        stores.push(store);
+    }
+    stores
+}
+
+async fn until_all_live(stores: &[MeshStore]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stores.iter().any(|s| s.live().len() < stores.len()) {
+        assert!(
+            Instant::now() < deadline,
+            "members never all heard from each other"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Requests sprayed over every gateway for `run`; returns the units admitted.
+async fn spray(stores: &[MeshStore], quota: &Quota, run: Duration) -> u64 {
+    let key = Key::from("client");
+    let start = Instant::now();
+    let mut admitted = 0;
+    let mut i = 0;
+    while start.elapsed() < run {
+        if stores[i % stores.len()]
+            .check(&key, quota, 1)
+            .await
+            .unwrap()
+            .is_allowed()
+        {
+            admitted += 1;
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escrow_over_udp_admits_within_the_quota_and_uses_most_of_it() {
+    let stores = mesh(4, Mode::Escrow).await;
+    until_all_live(&stores).await;
+    let quota: Quota = "40/s".parse().unwrap();
+    let run = Duration::from_secs(2);
+    let admitted = spray(&stores, &quota, run).await;
+    println!("escrow over udp: {admitted} admitted");
+    // At most the burst and the rate over the run (and the time it took to start).
+    let bound = 40 + 40 * 2 + 4;
+    assert!(admitted <= bound, "{admitted} admitted, bound {bound}");
+    assert!(
+        admitted >= 80,
+        "{admitted} admitted: escrow left most of the quota unused"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eventual_over_udp_stays_within_its_bound() {
+    let stores = mesh(4, Mode::Eventual).await;
+    until_all_live(&stores).await;
+    let quota: Quota = "40/s".parse().unwrap();
+    let admitted = spray(&stores, &quota, Duration::from_secs(2)).await;
+    println!("eventual over udp: {admitted} admitted");
+    // One request every 2 ms; a unit is heard everywhere within a few 20 ms rounds: the
+    // requests of 100 ms at most come on top of burst + rate × t.
+    let bound = 40 + 40 * 2 + 4 + 50;
+    assert!(admitted <= bound, "{admitted} admitted, bound {bound}");
+    assert!(admitted >= 100, "{admitted} admitted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_on_the_network_is_dropped_and_counted() {
+    let stores = mesh(2, Mode::Eventual).await;
+    let target = stores[0].local_addr();
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..10 {
+        stranger
+            .send_to(
+                b"RWM1 not sealed, not a datagram at all....................",
+                target,
+            )
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stores[0].dropped().forged < 10 {
+        assert!(Instant::now() < deadline, "{:?}", stores[0].dropped());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let quota: Quota = "10/s".parse().unwrap();
+    assert!(
+        stores[0]
+            .check(&Key::from("k"), &quota, 10)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+}
+
+#[tokio::test]
+async fn a_mesh_without_a_secret_is_refused() {
+    let error = MeshStore::builder("127.0.0.1:0".parse().unwrap())
+        .bind()
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+}
