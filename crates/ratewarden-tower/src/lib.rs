@@ -101,6 +101,7 @@
 //! |---------|---------|--------------|
 //! | `axum` | **yes** | the peer address from axum's `ConnectInfo<SocketAddr>` (serve with `into_make_service_with_connect_info::<SocketAddr>()`) |
 //! | `redis` | no | `RedisStore`, `RedisConfig` and `HotKeys` from `ratewarden-redis`: one quota for a fleet |
+//! | `mesh` | no | `MeshStore`, `MeshBuilder` and `MeshMode` from `ratewarden-mesh`: one quota for a fleet without a central store (gossip over UDP) |
 //! | `redis-tls-rustls` | no | `redis` over TLS (`rediss://`, `RedisConfig::tls_ca_cert` for an internal CA), trusting the system's roots |
 //! | `redis-tls-rustls-webpki-roots` | no | the same, trusting Mozilla's roots, compiled in |
 //! | `tonic` | no | the peer address from tonic's `TcpConnectInfo` |
@@ -135,6 +136,9 @@ pub use ratewarden_core::{
     QuotaError, Store, StoreError, StoreErrorKind, Timestamp,
 };
 pub use ratewarden_memory::{MemoryStore, MemoryStoreBuilder};
+#[cfg(feature = "mesh")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mesh")))]
+pub use ratewarden_mesh::{MeshBuilder, MeshStore, Mode as MeshMode};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use ratewarden_redis::{ConfigError as RedisConfigError, HotKeys, RedisConfig, RedisStore};

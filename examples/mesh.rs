@@ -1,0 +1,70 @@
+//! One limit shared by several gateways without Redis: each decides in its own memory and
+//! gossips what it counted to the others over UDP, sealed under a shared secret. Each client
+//! IP may make 30 requests a minute across all of them (escrow: never more).
+//!
+//! ```sh
+//! export MESH_SECRET='a secret the three gateways share'
+//! S=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
+//! NODE=a ADDR=127.0.0.1:3001 MESH_ADDR=127.0.0.1:7101 SEEDS=$S cargo run --example mesh &
+//! NODE=b ADDR=127.0.0.1:3002 MESH_ADDR=127.0.0.1:7102 SEEDS=$S cargo run --example mesh &
+//! NODE=c ADDR=127.0.0.1:3003 MESH_ADDR=127.0.0.1:7103 SEEDS=$S cargo run --example mesh &
+//! curl -s http://127.0.0.1:3001/mesh   # {"node":"a","members":3,...}
+//! # 60 requests spread over the three: about 30 are admitted, the rest refused.
+//! for i in $(seq 60); do curl -s -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:300$((i % 3 + 1))/"; done | sort | uniq -c
+//! ```
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::routing::get;
+use ratewarden_tower::key::PeerIp;
+use ratewarden_tower::{MeshMode, MeshStore, Quota, RateLimitLayer};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let var = |name: &str| std::env::var(name).map_err(|_| format!("{name} is not set"));
+    let node = std::env::var("NODE").unwrap_or_else(|_| "gateway".into());
+    let mesh_addr: SocketAddr = var("MESH_ADDR")?.parse()?;
+    // Every gateway's mesh address, this one's among them or not.
+    let seeds = var("SEEDS")?
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse::<SocketAddr>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let store = MeshStore::builder(mesh_addr)
+        .peers(seeds.into_iter().filter(|&seed| seed != mesh_addr))
+        .mode(MeshMode::Escrow)
+        .secret(var("MESH_SECRET")?.as_bytes())?
+        .bind()
+        .await?;
+
+    let limit = RateLimitLayer::new(store.clone(), Quota::per_minute(30)?, PeerIp::new());
+    let members = {
+        let (store, node) = (store.clone(), node.clone());
+        move || async move {
+            let live = store.live();
+            let ids: Vec<String> = live.iter().map(|id| format!("\"{id:x}\"")).collect();
+            format!(
+                "{{\"node\":\"{node}\",\"members\":{},\"ids\":[{}]}}\n",
+                live.len(),
+                ids.join(",")
+            )
+        }
+    };
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || async move { format!("hello from {node}\n") }),
+        )
+        .layer(limit)
+        .route("/mesh", get(members));
+
+    let listener = tokio::net::TcpListener::bind(examples::addr()).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}
