@@ -34,6 +34,31 @@
 //!   refill by at most `D`).
 //!
 //! GCRA and the token bucket map onto these buckets directly; the window algorithms do not yet.
+//!
+//! # What the bounds assume
+//!
+//! - **Members are trusted.** The seal keeps out whoever lacks the secret (their datagrams
+//!   are dropped and counted); a gateway holding it is believed. What it says is clamped so
+//!   that it cannot crash a peer or lift a share above the whole quota, but a faulty member
+//!   can still claim units it was never given.
+//! - **One mode a mesh.** The mode is not on the wire: every gateway of a mesh must run the
+//!   same one.
+//! - **A gateway that restarts loses what it held.** Shares live in memory. A restarted
+//!   escrow gateway starts again from its first share (`1 / N`) of each quota while its peers
+//!   keep what it gave them before, so the fleet may then admit up to that first share of
+//!   the quota (its burst and its rate) more than the quota, until the whole fleet restarts;
+//!   and what it had been given is lost with it. Escrow's "never over the quota" holds while
+//!   no gateway restarts. In eventual mode a restarted gateway's peers take its new
+//!   admissions for ones they have heard of until it has heard its old running total back
+//!   (relayed or repaired) and counts on from there: for its keys `D` grows by up to one
+//!   repair cycle (slots ÷ [`Config::repair_per_round`] rounds).
+//! - **A gateway that dies keeps its share.** Escrow takes a member not heard from for
+//!   [`Node::quiet_rounds`] as gone and gives it nothing more, but what it held when it died
+//!   is unused until it comes back: at most its share of the quota, which is `1 / N` unless
+//!   it was drawing more to serve a burst.
+//! - **Slots are not evicted.** Each gateway holds every key the fleet has seen, up to
+//!   [`Config::max_slots`]; past it a new key is refused with [`Full`] (the store answers
+//!   `OutOfMemory`, handled by the layer's failure mode).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod bucket;

@@ -48,9 +48,9 @@ pub struct Config {
     pub repair_per_round: usize,
     /// Seeds the random choice of peers.
     pub seed: u64,
-    /// The first sequence number this gateway seals a datagram with; peers drop numbers
-    /// they have seen or older than the last 64, so a gateway that restarts must start
-    /// above where it stopped (the time in microseconds, say).
+    /// The first sequence number this gateway seals a datagram to each peer with; a peer
+    /// drops numbers it has seen or older than the last 1,024 it was sent, so a gateway that
+    /// restarts must start above where it stopped (the time in microseconds, say).
     pub first_sequence: u64,
     pub(crate) sealer: Option<Sealer>,
 }
@@ -75,7 +75,8 @@ impl Config {
 
     /// Seals every datagram with HMAC-SHA256 under `secret` (shared by the mesh), and drops
     /// every datagram not sealed under it ([`Dropped::forged`]) or sealed with a sequence
-    /// number seen before or older than the sender's last 64 ([`Dropped::replayed`]).
+    /// number seen before or older than the last 1,024 the sender sent this gateway
+    /// ([`Dropped::replayed`]).
     ///
     /// # Errors
     ///
@@ -128,7 +129,8 @@ pub struct Dropped {
     pub over_bound: u64,
     /// Not sealed under the mesh's secret ([`Config::secret`]).
     pub forged: u64,
-    /// Sealed with a sequence number seen before, or older than the sender's last 64.
+    /// Sealed with a sequence number seen before, or older than the last 1,024 the sender
+    /// sent.
     pub replayed: u64,
 }
 
@@ -176,12 +178,13 @@ pub struct Node {
     round: u64,
     rng: fastrand::Rng,
     dropped: Dropped,
-    /// The last sequence number sealed.
-    sequence: u64,
+    /// The last sequence number sealed to each member.
+    sequences: Vec<u64>,
     /// Each member's sequence numbers seen.
     windows: Vec<Window>,
-    /// When each member was last heard from (µs).
+    /// When each member was last heard from (µs), and in which round.
     heard: Vec<Option<u64>>,
+    heard_round: Vec<u64>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -244,9 +247,10 @@ impl Node {
             me,
             relay_rounds,
             rng: fastrand::Rng::with_seed(config.seed ^ id),
-            sequence: config.first_sequence,
+            sequences: vec![config.first_sequence; n],
             windows: vec![Window::default(); n],
             heard: vec![None; n],
+            heard_round: vec![0; n],
             config,
             members,
             slots: HashMap::default(),
@@ -255,6 +259,23 @@ impl Node {
             round: 0,
             dropped: Dropped::default(),
         }
+    }
+
+    /// Rounds without a datagram from a member after which escrow takes it as gone and
+    /// gives it no more shares: `3 (n - 1) / fanout + 3`, so that a live member, heard from
+    /// about every `(n - 1) / fanout` rounds, is seldom taken as gone (never where each
+    /// round reaches every peer and none is lost; 3% of the time at n = 32, fanout 3, which
+    /// only delays what it is given).
+    ///
+    /// ```
+    /// use ratewarden_mesh::{Config, Mode, Node};
+    /// let node = Node::new(1, &[1, 2, 3], Config::new(Mode::Escrow));
+    /// assert_eq!(node.quiet_rounds(), 5);
+    /// ```
+    #[must_use]
+    pub fn quiet_rounds(&self) -> u64 {
+        let peers = self.members.len() as u64 - 1;
+        3 * peers / self.config.fanout.max(1) as u64 + 3
     }
 
     /// This gateway's id.
@@ -501,8 +522,11 @@ impl Node {
             for bytes in d.encode(max) {
                 let bytes = match &self.config.sealer {
                     Some(sealer) => {
-                        self.sequence += 1;
-                        sealer.seal(self.sequence, &bytes)
+                        // Sequences run out after 2^64 datagrams; the last is then reused,
+                        // and peers drop it as replayed.
+                        let sequence = &mut self.sequences[i];
+                        *sequence = sequence.saturating_add(1);
+                        sealer.seal(*sequence, &bytes)
                     }
                     None => bytes,
                 };
@@ -547,6 +571,7 @@ impl Node {
             return Ok(());
         }
         self.heard[from] = Some(now);
+        self.heard_round[from] = self.round;
         let relay = self.relay_rounds;
         let mode = self.config.mode;
         for e in datagram.entries {
@@ -577,7 +602,12 @@ impl Node {
             *view = View {
                 version: e.version,
                 a: e.a,
-                b: e.b,
+                // No share is larger than the whole quota, whatever a member says.
+                b: if mode == Mode::Escrow {
+                    e.b.min(WHOLE)
+                } else {
+                    e.b
+                },
                 c: e.c,
                 hot: relay,
             };
@@ -640,9 +670,16 @@ impl Node {
 
     /// Escrow: each slot's demand is updated, and a gateway holding more than its part of
     /// the demand gives half the difference to those holding less.
+    ///
+    /// A member not heard from for [`Node::quiet_rounds`] is taken as gone: its demand and
+    /// pressure count for nothing and it is given nothing (what it holds stays with it).
     fn rebalance(&mut self, now: u64) {
         let (me, round, relay) = (self.me, self.round, self.relay_rounds);
         let n = self.members.len();
+        let quiet = self.quiet_rounds();
+        let gone: Vec<bool> = (0..n)
+            .map(|i| i != me && round.saturating_sub(self.heard_round[i]) > quiet)
+            .collect();
         for (slot, state) in &mut self.slots {
             let Bucket::Share(bucket) = &mut state.bucket else {
                 continue;
@@ -651,12 +688,8 @@ impl Node {
             // under demand spread evenly, however sparse), and four times what it had to
             // refuse lately (a burst on one gateway draws shares within a few rounds).
             let own = state.views[me];
-            state.demand = (state.demand * (SLOW - 1)
-                + std::mem::take(&mut state.requested).saturating_mul(1_000))
-                / SLOW;
-            state.pressure = (state.pressure * (FAST - 1)
-                + std::mem::take(&mut state.refused).saturating_mul(1_000))
-                / FAST;
+            state.demand = ewma(state.demand, std::mem::take(&mut state.requested), SLOW);
+            state.pressure = ewma(state.pressure, std::mem::take(&mut state.refused), FAST);
             let (demand, pressure) = (state.demand, state.pressure);
             if demand != own.a || bucket.share() != own.b || pressure != own.c || own.version == 0 {
                 state.views[me] = View {
@@ -676,14 +709,27 @@ impl Node {
             };
             // Shares move only while some gateway refuses, and only from those that do not,
             // toward a weight of demand, pressure and an even prior.
-            if state.views[me].c > 0 || state.views.iter().all(|v| v.c == 0) {
+            let views = &state.views;
+            if views[me].c > 0 || (0..n).all(|i| gone[i] || views[i].c == 0) {
                 continue;
             }
-            let prior = (state.views.iter().map(|v| v.a).sum::<u64>() / n as u64).max(1);
-            let weight = |v: &View| u128::from(v.a + PRESSURE * v.c + prior);
-            let total: u128 = state.views.iter().map(weight).sum();
+            let live = gone.iter().filter(|&&g| !g).count() as u128;
+            let demand: u128 = (0..n)
+                .filter(|&i| !gone[i])
+                .map(|i| u128::from(views[i].a))
+                .sum();
+            let prior = (demand / live).max(1);
+            let weight = |i: usize| {
+                if gone[i] {
+                    0
+                } else {
+                    let v = &views[i];
+                    u128::from(v.a) + u128::from(PRESSURE) * u128::from(v.c) + prior
+                }
+            };
+            let total: u128 = (0..n).map(weight).sum();
             let target = |i: usize| {
-                let part = weight(&state.views[i]) * u128::from(WHOLE) / total;
+                let part = weight(i) * u128::from(WHOLE) / total;
                 u64::try_from(part).unwrap_or(WHOLE)
             };
             let excess = bucket.share().saturating_sub(target(me)) / 2;
@@ -692,7 +738,7 @@ impl Node {
             }
             let needs: Vec<(usize, u64)> = (0..n)
                 .filter(|&i| i != me)
-                .map(|i| (i, target(i).saturating_sub(share_of(i, &state.views[i]))))
+                .map(|i| (i, target(i).saturating_sub(share_of(i, &views[i]))))
                 .filter(|&(_, need)| need > 0)
                 .collect();
             let total_need: u128 = needs.iter().map(|&(_, need)| u128::from(need)).sum();
@@ -717,6 +763,12 @@ const SLOW: u64 = 64;
 const FAST: u64 = 4;
 /// How much more a unit refused weighs than a unit asked for.
 const PRESSURE: u64 = 1;
+
+/// `average` moved toward `units` (in thousandths) by one part in `rounds`.
+fn ewma(average: u64, units: u64, rounds: u64) -> u64 {
+    let sum = u128::from(average) * u128::from(rounds - 1) + u128::from(units) * 1_000;
+    u64::try_from(sum / u128::from(rounds)).unwrap_or(u64::MAX)
+}
 
 /// Member `i`'s share of a quota no one has moved yet: equal parts, the rest to the first.
 fn first_share(i: usize, n: usize) -> u64 {

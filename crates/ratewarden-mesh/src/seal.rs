@@ -1,6 +1,6 @@
 //! Authenticating datagrams: each is sealed with HMAC-SHA256 under the mesh's shared secret,
 //! over a sequence number and the datagram; [`Window`] drops one seen before or older than
-//! the last 64 a peer sent.
+//! the last 1,024 a peer sent it.
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -56,30 +56,53 @@ impl Sealer {
     }
 }
 
-/// The sequence numbers seen from one peer: the highest, and which of the 64 below it.
+/// How far behind the highest sequence number seen a datagram may arrive and still be taken.
+pub(crate) const WINDOW: u64 = 1_024;
+
+/// The sequence numbers seen from one peer: the highest, and which of the [`WINDOW`] up to
+/// it (bit `seq % WINDOW`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Window {
     highest: u64,
-    seen: u64,
+    seen: [u64; (WINDOW / 64) as usize],
 }
 
 impl Window {
-    /// Whether `seq` is new (and records it): higher than any seen, or among the last 64
-    /// and not seen yet.
+    /// Whether `seq` is new (and records it): higher than any seen, or among the last
+    /// [`WINDOW`] and not seen yet.
     pub(crate) fn accept(&mut self, seq: u64) -> bool {
         if seq > self.highest {
-            let shift = seq - self.highest;
-            self.seen = if shift >= 64 { 0 } else { self.seen << shift };
-            self.seen |= 1;
+            if seq - self.highest >= WINDOW {
+                self.seen = Default::default();
+            } else {
+                for skipped in self.highest + 1..seq {
+                    self.set(skipped, false);
+                }
+            }
             self.highest = seq;
+            self.set(seq, true);
             return true;
         }
-        let back = self.highest - seq;
-        if back >= 64 || self.seen & (1 << back) != 0 {
+        if self.highest - seq >= WINDOW || self.get(seq) {
             return false;
         }
-        self.seen |= 1 << back;
+        self.set(seq, true);
         true
+    }
+
+    fn get(&self, seq: u64) -> bool {
+        let bit = seq % WINDOW;
+        self.seen[(bit / 64) as usize] & (1 << (bit % 64)) != 0
+    }
+
+    fn set(&mut self, seq: u64, seen: bool) {
+        let bit = seq % WINDOW;
+        let word = &mut self.seen[(bit / 64) as usize];
+        if seen {
+            *word |= 1 << (bit % 64);
+        } else {
+            *word &= !(1 << (bit % 64));
+        }
     }
 }
 
@@ -106,16 +129,28 @@ mod tests {
     }
 
     #[test]
-    fn a_window_takes_each_number_once_and_none_older_than_64() {
+    fn a_window_takes_each_number_once_and_none_older_than_its_width() {
         let mut w = Window::default();
         assert!(w.accept(100));
         assert!(!w.accept(100));
         assert!(w.accept(99));
-        assert!(w.accept(160));
-        assert!(!w.accept(99)); // 61 back, seen
-        assert!(w.accept(98)); // 62 back, not seen
-        assert!(!w.accept(96)); // 64 back: too old
-        assert!(w.accept(1_000));
-        assert!(!w.accept(160));
+        assert!(w.accept(1_100));
+        assert!(!w.accept(99)); // 1,001 back, seen
+        assert!(w.accept(98)); // 1,002 back, not seen
+        assert!(w.accept(1_099)); // skipped, now seen
+        assert!(!w.accept(1_099));
+        assert!(!w.accept(76)); // 1,024 back: too old
+        assert!(w.accept(1_100 + 1_024 + 5)); // a jump past the window forgets it all
+        assert!(!w.accept(1_100));
+        assert!(w.accept(1_100 + 1_024));
+    }
+
+    #[test]
+    fn any_order_within_the_window_takes_every_number_once() {
+        let mut w = Window::default();
+        let mut order: Vec<u64> = (1..=WINDOW).collect();
+        fastrand::Rng::with_seed(7).shuffle(&mut order);
+        assert!(order.iter().all(|&seq| w.accept(seq)));
+        assert!(order.iter().all(|&seq| !w.accept(seq)));
     }
 }

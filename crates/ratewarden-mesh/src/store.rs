@@ -11,18 +11,22 @@ use std::time::Duration;
 use ratewarden_core::{
     Clock, Decision, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
 };
+use sha2::{Digest, Sha256};
 use tokio::net::UdpSocket;
 
 use crate::node::{Config, Dropped, Mode, Node, ShortSecret};
 use crate::wire::NodeId;
 
-/// A gateway's id from its mesh address: an IPv4 address and port packed, or for IPv6 a
-/// hash of both.
+/// A gateway's id from its mesh address: for IPv4 the address and port packed (readable in
+/// hex), for IPv6 the first 63 bits of a SHA-256 of both (the top bit set, so never an IPv4
+/// gateway's id).
 ///
 /// ```
 /// use ratewarden_mesh::node_id;
 /// let a = node_id("127.0.0.1:7000".parse()?);
+/// assert_eq!(a, 0x7f00_0001_1b58);
 /// assert_ne!(a, node_id("127.0.0.1:7001".parse()?));
+/// assert_ne!(node_id("[2001:db8::1]:7000".parse()?), node_id("[2001:db8::2]:7000".parse()?));
 /// # Ok::<(), std::net::AddrParseError>(())
 /// ```
 #[must_use]
@@ -30,9 +34,13 @@ pub fn node_id(addr: SocketAddr) -> NodeId {
     match addr {
         SocketAddr::V4(v4) => (u64::from(v4.ip().to_bits()) << 16) | u64::from(v4.port()),
         SocketAddr::V6(v6) => {
-            let bits = v6.ip().to_bits();
-            let folded = (bits >> 64) as u64 ^ bits as u64;
-            (folded.rotate_left(16) ^ u64::from(v6.port())) | (1 << 63)
+            let digest = Sha256::new()
+                .chain_update(v6.ip().octets())
+                .chain_update(v6.port().to_be_bytes())
+                .finalize();
+            let mut first = [0_u8; 8];
+            first.copy_from_slice(&digest[..8]);
+            u64::from_be_bytes(first) | (1 << 63)
         }
     }
 }
@@ -112,6 +120,14 @@ impl MeshBuilder {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a mesh needs a secret: strangers could inject consumption without one",
+            ));
+        }
+        if self.addr.ip().is_unspecified() {
+            // Peers know a gateway by the address they send to; one bound to every interface
+            // would call itself by another and drop all they send as from strangers.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a mesh gateway binds the address its peers know it by, not an unspecified one",
             ));
         }
         let socket = Arc::new(UdpSocket::bind(self.addr).await?);

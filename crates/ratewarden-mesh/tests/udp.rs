@@ -140,3 +140,16 @@ async fn a_mesh_without_a_secret_is_refused() {
         .unwrap_err();
     assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
 }
+
+#[tokio::test]
+async fn an_unspecified_address_is_refused() {
+    let refused = MeshStore::builder("0.0.0.0:0".parse().unwrap())
+        .peers(free_addrs(1))
+        .secret(SECRET)
+        .unwrap()
+        .bind()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(refused.to_string().contains("unspecified"), "{refused}");
+}
