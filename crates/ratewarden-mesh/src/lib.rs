@@ -68,7 +68,7 @@ mod seal;
 mod store;
 pub mod wire;
 
-pub use node::{Config, Dropped, Full, Mode, Node, Outgoing, ShortSecret, supports};
+pub use node::{Config, Dropped, Full, Mode, Node, Outgoing, Sent, ShortSecret, supports};
 #[cfg(feature = "udp")]
 pub use store::{MeshBuilder, MeshStore, node_id};
 pub use wire::NodeId;

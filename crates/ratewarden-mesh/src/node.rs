@@ -134,6 +134,29 @@ pub struct Dropped {
     pub replayed: u64,
 }
 
+/// What a [`Node`] has sent so far: its rounds, the datagrams they made and their bytes
+/// (sealed, as they go on the wire).
+///
+/// A round sends each of `min(fanout, n − 1)` peers the entries that changed lately (each
+/// relayed for [`Node::relay_rounds`] rounds) and up to [`Config::repair_per_round`] repaired
+/// ones, and each peer it owes a transfer or an acknowledgement one of each per slot; every
+/// datagram of at most [`Config::max_datagram`] bytes. In bytes: a datagram's head is 26
+/// (66 sealed), a slot `25 + k` where `k` is 9 for a number key, 17 for an IP address, 33 for
+/// a digest and `2 + len` for a short string key; an entry is a slot and 40, a transfer a
+/// slot and 16, an acknowledgement a slot and 8. One key changing on every gateway of `n`
+/// costs a gateway at most `min(fanout, n − 1) × (66 + 2n × entry) + (n − 1) × (66 +
+/// transfer + acknowledgement)` bytes a round.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Sent {
+    /// Rounds ([`Node::tick`] calls).
+    pub rounds: u64,
+    /// Datagrams.
+    pub datagrams: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
 /// One datagram to send.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outgoing {
@@ -178,6 +201,7 @@ pub struct Node {
     round: u64,
     rng: fastrand::Rng,
     dropped: Dropped,
+    sent: Sent,
     /// The last sequence number sealed to each member.
     sequences: Vec<u64>,
     /// Each member's sequence numbers seen.
@@ -258,6 +282,7 @@ impl Node {
             repair_at: 0,
             round: 0,
             dropped: Dropped::default(),
+            sent: Sent::default(),
         }
     }
 
@@ -294,6 +319,33 @@ impl Node {
     #[must_use]
     pub const fn dropped(&self) -> Dropped {
         self.dropped
+    }
+
+    /// Rounds, datagrams and bytes sent so far.
+    ///
+    /// ```
+    /// use ratewarden_core::Timestamp;
+    /// use ratewarden_mesh::{Config, Mode, Node};
+    /// let mut node = Node::new(1, &[1, 2], Config::new(Mode::Eventual));
+    /// let out = node.tick(Timestamp::from_micros(0));
+    /// assert_eq!(node.sent().rounds, 1);
+    /// assert_eq!(node.sent().datagrams, out.len() as u64);
+    /// ```
+    #[must_use]
+    pub const fn sent(&self) -> Sent {
+        self.sent
+    }
+
+    /// Rounds an entry that changed is relayed for: `ceil(log2 n) + 2` unless
+    /// [`Config::relay_rounds`] says otherwise.
+    ///
+    /// ```
+    /// use ratewarden_mesh::{Config, Mode, Node};
+    /// assert_eq!(Node::new(1, &[1, 2, 3, 4], Config::new(Mode::Eventual)).relay_rounds(), 4);
+    /// ```
+    #[must_use]
+    pub const fn relay_rounds(&self) -> u8 {
+        self.relay_rounds
     }
 
     /// Decides a request of `cost` units for `key` under `quota`, at once.
@@ -533,6 +585,9 @@ impl Node {
                 out.push(Outgoing { to: d.to, bytes });
             }
         }
+        self.sent.rounds += 1;
+        self.sent.datagrams += out.len() as u64;
+        self.sent.bytes += out.iter().map(|o| o.bytes.len() as u64).sum::<u64>();
         out
     }
 

@@ -14,7 +14,7 @@ use ratewarden_core::{
 use sha2::{Digest, Sha256};
 use tokio::net::UdpSocket;
 
-use crate::node::{Config, Dropped, Mode, Node, ShortSecret};
+use crate::node::{Config, Dropped, Mode, Node, Sent, ShortSecret};
 use crate::wire::NodeId;
 
 /// A gateway's id from its mesh address: for IPv4 the address and port packed (readable in
@@ -289,6 +289,12 @@ impl MeshStore {
     #[must_use]
     pub fn dropped(&self) -> Dropped {
         self.shared.node().dropped()
+    }
+
+    /// Rounds, datagrams and bytes sent so far (what a round costs: [`Sent`]).
+    #[must_use]
+    pub fn sent(&self) -> Sent {
+        self.shared.node().sent()
     }
 
     fn decide(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
