@@ -4,13 +4,16 @@
 
 use ratewarden_core::Quota;
 use ratewarden_mesh::Mode;
-use ratewarden_sim::{Cell, cell, convergence, eventual_bound, quota, regions, run};
+use ratewarden_sim::{
+    Cell, Network, Scenario, cell, convergence, eventual_bound, quota, regions, run,
+};
 
 fn main() {
     let traces = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000);
+    claims(traces.min(100));
     for mode in [Mode::Escrow, Mode::Eventual] {
         println!("\n{mode:?}, quota 100/min (burst 100), 20 s runs, {traces} runs a cell\n");
         println!(
@@ -99,6 +102,114 @@ fn main() {
             println!(
                 "| {mode:?} | {seed} | {} | {} | {:.2} | {:.2} | {lag} |",
                 r.admitted, r.ideal, r.excess, bound
+            );
+        }
+    }
+}
+
+/// The design document's claims, on the same traces: 10 gateways, gossip every 100 ms, 100 a
+/// minute; a steady trickle at twice the rate for three minutes, and a burst of three times the quota's burst
+/// sprayed over every gateway at one instant. Beside the mesh: limits kept by each gateway
+/// alone, and two regional Redis servers replicating each other's counts asynchronously
+/// (modelled as two eventual stores whose replication takes 1 s), joined and partitioned.
+fn claims(traces: usize) {
+    let quota = quota();
+    let rate = f64::from(quota.count()) * 1e6 / quota.period_micros() as f64;
+    let duration = 180_000_000;
+    let trickle = |n: usize, seed: u64| {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut out = Vec::new();
+        let mut t = 0.0;
+        loop {
+            t += -(1.0 - rng.f64()).ln() / (2.0 * rate) * 1e6;
+            if t >= duration as f64 {
+                break out;
+            }
+            out.push((t as u64, rng.usize(0..n)));
+        }
+    };
+    let burst = |n: usize, _: u64| {
+        (0..3 * quota.burst() as usize)
+            .map(|i| (1_000_000, i % n))
+            .collect::<Vec<_>>()
+    };
+    let lagging = |n: usize, lag: u64, loss: f64| Network {
+        jitter: lag / 10,
+        ..Network::flat(n, lag, loss)
+    };
+    type Trace<'a> = &'a dyn Fn(usize, u64) -> Vec<(u64, usize)>;
+    let designs: [(&str, Mode, usize, u64, Network); 5] = [
+        (
+            "each gateway alone",
+            Mode::Eventual,
+            10,
+            100_000,
+            Network::flat(10, 1_000, 1.0),
+        ),
+        (
+            "mesh, eventual",
+            Mode::Eventual,
+            10,
+            100_000,
+            Network::flat(10, 1_000, 0.0),
+        ),
+        (
+            "mesh, escrow",
+            Mode::Escrow,
+            10,
+            100_000,
+            Network::flat(10, 1_000, 0.0),
+        ),
+        (
+            "2 regional Redis, replication 1 s",
+            Mode::Eventual,
+            2,
+            10_000,
+            lagging(2, 1_000_000, 0.0),
+        ),
+        (
+            "2 regional Redis, partitioned",
+            Mode::Eventual,
+            2,
+            10_000,
+            lagging(2, 1_000_000, 1.0),
+        ),
+    ];
+    println!(
+        "\nThe design document's claims: 100/min (burst 100), 180 s runs, {traces} runs a row\n"
+    );
+    println!(
+        "| design | requests | admitted (mean) | exact limiter (mean) | admitted / exact | worst over the quota |"
+    );
+    println!("|---|---|---:|---:|---:|---:|");
+    for (name, trace) in [
+        ("trickle at 2x the rate", &trickle as Trace<'_>),
+        ("burst of 300 sprayed at once", &burst),
+    ] {
+        for (design, mode, n, interval, network) in &designs {
+            let (mut admitted, mut ideal, mut worst) = (0, 0, 0.0_f64);
+            for seed in 0..traces as u64 {
+                let report = run(&Scenario {
+                    mode: *mode,
+                    quota,
+                    interval: *interval,
+                    fanout: 3,
+                    network: network.clone(),
+                    requests: trace(*n, seed),
+                    duration,
+                    offsets: vec![0; *n],
+                    seed,
+                    heal: None,
+                });
+                admitted += report.admitted;
+                ideal += report.ideal;
+                worst = worst.max(report.excess);
+            }
+            println!(
+                "| {design} | {name} | {:.1} | {:.1} | {:.2} | {worst:.1} |",
+                admitted as f64 / traces as f64,
+                ideal as f64 / traces as f64,
+                admitted as f64 / ideal.max(1) as f64
             );
         }
     }
