@@ -1,19 +1,37 @@
 //! Runs the mesh's grids and prints their tables (BENCHMARKS.md).
 //!
-//! `cargo run --release -p ratewarden-sim [TRACES]` (1,000 runs per cell by default).
+//! `cargo run --release -p ratewarden-sim [TRACES] [TABLE]`: 1,000 runs a cell by default,
+//! every table unless one of `claims`, `bytes`, `grids`, `convergence` or `regions` is named.
 
-use ratewarden_core::Quota;
-use ratewarden_mesh::Mode;
+use ratewarden_core::{Key, Quota, Timestamp};
+use ratewarden_mesh::{Config, Mode, Node};
 use ratewarden_sim::{
     Cell, Network, Scenario, cell, convergence, eventual_bound, quota, regions, run,
 };
 
 fn main() {
-    let traces = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1_000);
-    claims(traces.min(100));
+    let mut args = std::env::args().skip(1);
+    let traces = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000);
+    let only = args.next();
+    let wanted = |table: &str| only.as_deref().is_none_or(|only| only == table);
+    if wanted("claims") {
+        claims(traces.min(100));
+    }
+    if wanted("bytes") {
+        bytes_by_keys();
+    }
+    if wanted("grids") {
+        grids(traces);
+    }
+    if wanted("convergence") {
+        converging(traces);
+    }
+    if wanted("regions") {
+        partitioned_regions();
+    }
+}
+
+fn grids(traces: usize) {
     for mode in [Mode::Escrow, Mode::Eventual] {
         println!("\n{mode:?}, quota 100/min (burst 100), 20 s runs, {traces} runs a cell\n");
         println!(
@@ -47,6 +65,9 @@ fn main() {
             }
         }
     }
+}
+
+fn converging(traces: usize) {
     println!(
         "\nEventual: rounds after a burst of 50 on one gateway until every view is within 1 unit ({traces} runs)\n"
     );
@@ -73,6 +94,9 @@ fn main() {
             }
         }
     }
+}
+
+fn partitioned_regions() {
     let quota: Quota = quota();
     let rate = f64::from(quota.count()) / quota.period_micros() as f64;
     println!(
@@ -213,4 +237,57 @@ fn claims(traces: usize) {
             );
         }
     }
+}
+
+/// Bytes a gateway sends a round when `k` keys change a round, each on one gateway at random
+/// (10 gateways, fanout 3, no loss), measured after the relays have filled.
+fn bytes_by_keys() {
+    println!("\nBytes a gateway sends a round, 10 gateways, fanout 3, k keys changed a round\n");
+    println!(
+        "| mode | k | bytes a gateway a round | datagrams a gateway a round | bytes a key changed |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let quota = quota();
+    let n = 10_usize;
+    for mode in [Mode::Eventual, Mode::Escrow] {
+        for k in [1_u64, 1_000, 100_000] {
+            let ids: Vec<u64> = (1..=n as u64).collect();
+            let mut nodes: Vec<Node> = ids
+                .iter()
+                .map(|&id| Node::new(id, &ids, Config::new(mode)))
+                .collect();
+            let mut rng = fastrand::Rng::with_seed(k);
+            let (warm, measured) = (8_u64, 4_u64);
+            let mut before = (0, 0);
+            for round in 0..warm + measured {
+                let now = Timestamp::from_micros(round * 100_000);
+                for key in 0..k {
+                    let at = rng.usize(0..n);
+                    let _ = nodes[at].check(now, &Key::from(key), &quota, 1);
+                }
+                let out: Vec<_> = nodes.iter_mut().flat_map(|node| node.tick(now)).collect();
+                for o in out {
+                    let to = usize::try_from(o.to - 1).unwrap_or(0);
+                    let _ = nodes[to].receive(now, &o.bytes);
+                }
+                if round + 1 == warm {
+                    before = totals(&nodes);
+                }
+            }
+            let after = totals(&nodes);
+            let per = (n as u64 * measured) as f64;
+            let bytes = (after.0 - before.0) as f64 / per;
+            println!(
+                "| {mode:?} | {k} | {bytes:.0} | {:.1} | {:.0} |",
+                (after.1 - before.1) as f64 / per,
+                bytes / k as f64
+            );
+        }
+    }
+}
+
+fn totals(nodes: &[Node]) -> (u64, u64) {
+    nodes.iter().fold((0, 0), |(b, d), node| {
+        (b + node.sent().bytes, d + node.sent().datagrams)
+    })
 }
