@@ -740,8 +740,8 @@ impl Node {
                 continue;
             };
             // What this gateway asks for: its demand over the long run (shares stay even
-            // under demand spread evenly, however sparse), and four times what it had to
-            // refuse lately (a burst on one gateway draws shares within a few rounds).
+            // under demand spread evenly, however sparse), and what it had to refuse over
+            // the last few rounds (a burst on one gateway draws shares within a few rounds).
             let own = state.views[me];
             state.demand = ewma(state.demand, std::mem::take(&mut state.requested), SLOW);
             state.pressure = ewma(state.pressure, std::mem::take(&mut state.refused), FAST);
