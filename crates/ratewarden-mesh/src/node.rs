@@ -3,7 +3,7 @@
 //! socket or a random source of its own (its random peer choices come from a seed).
 
 use hashbrown::HashMap;
-use ratewarden_core::{Algorithm, Decision, Key, Quota, Timestamp};
+use ratewarden_core::{Algorithm, Decision, Decisions, Key, Limit, Quota, Timestamp, merged};
 
 use crate::bucket::{OwingBucket, ShareBucket, WHOLE};
 use crate::seal::{MIN_SECRET, Sealer, Window};
@@ -221,7 +221,7 @@ struct View {
     hot: u8,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Bucket {
     Owing(OwingBucket),
     Share(ShareBucket),
@@ -388,6 +388,88 @@ impl Node {
             }
         };
         Ok(decision)
+    }
+
+    /// Decides a request against several limits together: every limit admits its cost and
+    /// all are counted, or none is counted and the answer says which denied. A
+    /// [probe](Limit::probe) must admit its cost and is never counted; limits on one key and
+    /// quota are decided once, at their summed cost.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] when a limit's key is new and the node holds [`Config::max_slots`] already
+    /// (nothing counted).
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Limit, Quota, Timestamp};
+    /// use ratewarden_mesh::{Config, Mode, Node};
+    /// let mut node = Node::new(1, &[1], Config::new(Mode::Eventual));
+    /// let now = Timestamp::from_micros(0);
+    /// let (user, tenant) = (Key::from("user-7"), Key::from("acme"));
+    /// let limits = [
+    ///     Limit::new(user, "10/s".parse()?, 1),
+    ///     Limit::new(tenant.clone(), "2/s".parse()?, 1),
+    /// ];
+    /// assert!(node.check_all(now, &limits)?.is_allowed());
+    /// assert!(node.check_all(now, &limits)?.is_allowed());
+    /// // The tenant's limit denies the third: the user's is not counted either.
+    /// let third = node.check_all(now, &limits)?;
+    /// assert_eq!(third.binding().map(|(i, _)| i), Some(1));
+    /// assert_eq!(node.admitted_seen(&limits[0].key(), limits[0].quota()), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_all(&mut self, now: Timestamp, limits: &[Limit]) -> Result<Decisions, Full> {
+        if let [one] = limits
+            && one.is_counted()
+        {
+            return self
+                .check(now, one.key(), one.quota(), one.cost())
+                .map(Decisions::from);
+        }
+        let at = now.as_micros();
+        let (states, of) = merged(limits);
+        // Each state decided on a copy of its bucket, charging nothing.
+        let mut decisions = Vec::with_capacity(states.len());
+        for limit in &states {
+            let slot = Slot {
+                key: limit.key().clone(),
+                quota: *limit.quota(),
+            };
+            let mut bucket = self.state(slot, at).ok_or(Full)?.bucket;
+            decisions.push(match &mut bucket {
+                Bucket::Owing(bucket) => bucket.check(limit.quota(), at, limit.cost()),
+                Bucket::Share(bucket) => bucket.check(limit.quota(), at, limit.cost()),
+            });
+        }
+        let each = |decisions: &[Decision]| {
+            Decisions::from(of.iter().map(|&s| decisions[s]).collect::<Vec<_>>())
+        };
+        if !decisions.iter().all(Decision::is_allowed) {
+            // Escrow: what was asked and refused still weighs in the rebalancing.
+            for (limit, decision) in states.iter().zip(&decisions) {
+                let slot = Slot {
+                    key: limit.key().clone(),
+                    quota: *limit.quota(),
+                };
+                if let Some(state) = self.slots.get_mut(&slot)
+                    && limit.is_counted()
+                {
+                    let cost = u64::from(limit.cost());
+                    state.requested = state.requested.saturating_add(cost);
+                    if !decision.is_allowed() {
+                        state.refused = state.refused.saturating_add(cost);
+                    }
+                }
+            }
+            return Ok(each(&decisions));
+        }
+        for (i, limit) in states.iter().enumerate() {
+            if limit.is_counted() {
+                // Admitted on the copy, so admitted here: the node has not moved since.
+                decisions[i] = self.check(now, limit.key(), limit.quota(), limit.cost())?;
+            }
+        }
+        Ok(each(&decisions))
     }
 
     /// Whether a request of cost 1 would be admitted now, counting nothing and making no

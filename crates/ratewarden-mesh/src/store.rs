@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ratewarden_core::{
-    Clock, Decision, Key, MonotonicClock, Quota, Store, StoreError, StoreErrorKind, Timestamp,
+    Clock, Decision, Decisions, Key, Limit, MAX_LIMITS, MonotonicClock, Quota, Store, StoreError,
+    StoreErrorKind, Timestamp,
 };
 use sha2::{Digest, Sha256};
 use tokio::net::UdpSocket;
@@ -236,9 +237,10 @@ async fn gossip(
 /// a shared secret. Clones share one node and one socket; the gossip stops when the last is
 /// dropped.
 ///
-/// Decides GCRA and token-bucket quotas (the window algorithms answer
-/// [`StoreErrorKind::Unsupported`]); [`reset`](Store::reset) is not supported either (a
-/// gateway cannot take back what its peers counted).
+/// Decides GCRA and token-bucket quotas, one limit or several together
+/// ([`check_all`](Store::check_all): all counted or none). The window algorithms and
+/// reservations answer [`StoreErrorKind::Unsupported`], and so does
+/// [`reset`](Store::reset) (a gateway cannot take back what its peers counted).
 #[derive(Clone, Debug)]
 pub struct MeshStore {
     shared: Arc<Shared>,
@@ -298,18 +300,42 @@ impl MeshStore {
     }
 
     fn decide(&self, key: &Key, quota: &Quota, cost: u32) -> Result<Decision, StoreError> {
-        if !crate::supports(quota.algorithm()) {
-            return Err(StoreError::with_source(
-                StoreErrorKind::Unsupported,
-                "the mesh decides GCRA and token-bucket quotas",
-            ));
-        }
+        supported(quota)?;
         let now = self.shared.clock.now();
         self.shared
             .node()
             .check(now, key, quota, cost)
-            .map_err(|full| StoreError::with_source(StoreErrorKind::OutOfMemory, full.to_string()))
+            .map_err(full)
     }
+
+    fn decide_all(&self, limits: &[Limit]) -> Result<Decisions, StoreError> {
+        if limits.len() > MAX_LIMITS {
+            return Err(StoreError::with_source(
+                StoreErrorKind::InvalidInput,
+                "more than 16 limits in one check",
+            ));
+        }
+        for limit in limits {
+            supported(limit.quota())?;
+        }
+        let now = self.shared.clock.now();
+        self.shared.node().check_all(now, limits).map_err(full)
+    }
+}
+
+fn supported(quota: &Quota) -> Result<(), StoreError> {
+    if crate::supports(quota.algorithm()) {
+        Ok(())
+    } else {
+        Err(StoreError::with_source(
+            StoreErrorKind::Unsupported,
+            "the mesh decides GCRA and token-bucket quotas",
+        ))
+    }
+}
+
+fn full(full: crate::Full) -> StoreError {
+    StoreError::with_source(StoreErrorKind::OutOfMemory, full.to_string())
 }
 
 impl Store for MeshStore {
@@ -324,6 +350,15 @@ impl Store for MeshStore {
         cost: u32,
     ) -> Option<Result<Decision, StoreError>> {
         Some(self.decide(key, quota, cost))
+    }
+
+    async fn check_all(&self, limits: &[Limit]) -> Result<Decisions, StoreError> {
+        self.decide_all(limits)
+    }
+
+    /// Always decides at once.
+    fn check_all_ready(&self, limits: &[Limit]) -> Option<Result<Decisions, StoreError>> {
+        Some(self.decide_all(limits))
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {
