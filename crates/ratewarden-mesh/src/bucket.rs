@@ -146,6 +146,16 @@ impl ShareBucket {
         (part, moved)
     }
 
+    /// Gives up `part` of the share, and the tokens above what the rest holds at most;
+    /// returns what it could not give up (more than it holds).
+    pub(crate) fn give_up(&mut self, quota: &Quota, now: u64, part: u64) -> u64 {
+        self.refill(quota, now);
+        let dropped = part.min(self.share);
+        self.share -= dropped;
+        self.tokens = self.tokens.min(cap(quota, self.share));
+        part - dropped
+    }
+
     /// Adds a share and its tokens given by a peer.
     pub(crate) fn add(&mut self, quota: &Quota, now: u64, part: u64, tokens: u64) {
         self.refill(quota, now);

@@ -41,17 +41,23 @@
 //!   are dropped and counted); a gateway holding it is believed. What it says is clamped so
 //!   that it cannot crash a peer or lift a share above the whole quota, but a faulty member
 //!   can still claim units it was never given.
-//! - **One mode a mesh.** The mode is not on the wire: every gateway of a mesh must run the
-//!   same one.
-//! - **A gateway that restarts loses what it held.** Shares live in memory. A restarted
-//!   escrow gateway starts again from its first share (`1 / N`) of each quota while its peers
-//!   keep what it gave them before, so the fleet may then admit up to that first share of
-//!   the quota (its burst and its rate) more than the quota, until the whole fleet restarts;
-//!   and what it had been given is lost with it. Escrow's "never over the quota" holds while
-//!   no gateway restarts. In eventual mode a restarted gateway's peers take its new
-//!   admissions for ones they have heard of until it has heard its old running total back
-//!   (relayed or repaired) and counts on from there: for its keys `D` grows by up to one
-//!   repair cycle (slots ÷ [`Config::repair_per_round`] rounds).
+//! - **One mode a mesh.** A datagram from a gateway of the other mode is dropped and
+//!   counted ([`Dropped::strangers`]).
+//! - **A restart forgets what the gateway held, and peers give back what it gave them.**
+//!   Shares live in memory. A restarted gateway comes back under a higher incarnation
+//!   ([`Config::incarnation`]; `MeshStore` takes its start time) holding its first share
+//!   (`1 / N`) of each quota, in a full bucket. Each escrow peer, once it hears the new
+//!   incarnation, gives up the share it had been given by the one before (net of what it gave
+//!   back; what it passed on is owed and repaid from the next shares it is given), and
+//!   transfers to or from the incarnation before are void; so the shares again sum to at most
+//!   the whole quota. Over the quota: the restarted gateway's fresh bucket (its first share
+//!   of the burst) once per restart, plus, until every peer has heard it, what those that
+//!   have not had been given by it, plus any debt not yet repaid. A gateway whose wall clock
+//!   is behind its run before is not heard (its datagrams count as [`Dropped::stale`]) until
+//!   it passes it. In eventual mode a restarted gateway's peers take its new admissions for
+//!   ones they have heard of until it has heard its old running total back (relayed or
+//!   repaired) and counts on from there: for its keys `D` grows by up to one repair cycle
+//!   (slots ÷ [`Config::repair_per_round`] rounds).
 //! - **A gateway that dies keeps its share.** Escrow takes a member not heard from for
 //!   [`Node::quiet_rounds`] as gone and gives it nothing more, but what it held when it died
 //!   is unused until it comes back: at most its share of the quota, which is `1 / N` unless

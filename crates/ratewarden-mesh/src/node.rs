@@ -52,6 +52,12 @@ pub struct Config {
     /// drops numbers it has seen or older than the last 1,024 it was sent, so a gateway that
     /// restarts must start above where it stopped (the time in microseconds, say).
     pub first_sequence: u64,
+    /// This run of the gateway: a gateway that restarts must take a higher one (the time in
+    /// microseconds, say). Peers that hear a member's higher incarnation know the one
+    /// before is gone: escrow peers give up the share it had given them (the restarted
+    /// gateway holds its first share again), transfers to or from the one before are
+    /// dropped, and datagrams from it are dropped and counted ([`Dropped::stale`]).
+    pub incarnation: u64,
     pub(crate) sealer: Option<Sealer>,
 }
 
@@ -69,6 +75,7 @@ impl Config {
             repair_per_round: 64,
             seed: 0,
             first_sequence: 0,
+            incarnation: 0,
             sealer: None,
         }
     }
@@ -123,7 +130,7 @@ impl std::error::Error for Full {}
 pub struct Dropped {
     /// Not a datagram ([`WireError`]).
     pub malformed: u64,
-    /// From a gateway that is not a member, or addressed to another.
+    /// From a gateway that is not a member or runs the other mode, or addressed to another.
     pub strangers: u64,
     /// Entries or transfers about new slots beyond [`Config::max_slots`].
     pub over_bound: u64,
@@ -132,6 +139,9 @@ pub struct Dropped {
     /// Sealed with a sequence number seen before, or older than the last 1,024 the sender
     /// sent.
     pub replayed: u64,
+    /// From a member's incarnation before its last restart, or carrying transfers for this
+    /// gateway's incarnation before.
+    pub stale: u64,
 }
 
 /// What a [`Node`] has sent so far: its rounds, the datagrams they made and their bytes
@@ -140,11 +150,11 @@ pub struct Dropped {
 /// A round sends each of `min(fanout, n − 1)` peers the entries that changed lately (each
 /// relayed for [`Node::relay_rounds`] rounds) and up to [`Config::repair_per_round`] repaired
 /// ones, and each peer it owes a transfer or an acknowledgement one of each per slot; every
-/// datagram of at most [`Config::max_datagram`] bytes. In bytes: a datagram's head is 26
-/// (66 sealed), a slot `25 + k` where `k` is 9 for a number key, 17 for an IP address, 33 for
+/// datagram of at most [`Config::max_datagram`] bytes. In bytes: a datagram's head is 43
+/// (83 sealed), a slot `25 + k` where `k` is 9 for a number key, 17 for an IP address, 33 for
 /// a digest and `2 + len` for a short string key; an entry is a slot and 40, a transfer a
 /// slot and 16, an acknowledgement a slot and 8. One key changing on every gateway of `n`
-/// costs a gateway at most `min(fanout, n − 1) × (66 + 2n × entry) + (n − 1) × (66 +
+/// costs a gateway at most `min(fanout, n − 1) × (83 + 2n × entry) + (n − 1) × (83 +
 /// transfer + acknowledgement)` bytes a round.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -206,6 +216,8 @@ pub struct Node {
     sequences: Vec<u64>,
     /// Each member's sequence numbers seen.
     windows: Vec<Window>,
+    /// Each member's incarnation, once heard from.
+    incarnations: Vec<Option<u64>>,
     /// When each member was last heard from (µs), and in which round.
     heard: Vec<Option<u64>>,
     heard_round: Vec<u64>,
@@ -251,6 +263,9 @@ struct State {
     received: Vec<(u64, u64)>,
     /// Escrow: members whose transfers we owe an acknowledgement.
     ack_due: Vec<bool>,
+    /// Escrow: share given up to a restarted member beyond what this gateway held, repaid
+    /// from the next shares it is given.
+    debt: u64,
 }
 
 impl Node {
@@ -273,6 +288,7 @@ impl Node {
             rng: fastrand::Rng::with_seed(config.seed ^ id),
             sequences: vec![config.first_sequence; n],
             windows: vec![Window::default(); n],
+            incarnations: vec![None; n],
             heard: vec![None; n],
             heard_round: vec![0; n],
             config,
@@ -583,9 +599,13 @@ impl Node {
         let mut to: Vec<Datagram> = self
             .members
             .iter()
-            .map(|&peer| Datagram {
+            .enumerate()
+            .map(|(i, &peer)| Datagram {
                 from: self.id,
                 to: peer,
+                incarnation: self.config.incarnation,
+                to_incarnation: self.incarnations[i].unwrap_or(0),
+                escrow: self.config.mode == Mode::Escrow,
                 ..Datagram::default()
             })
             .collect();
@@ -707,10 +727,36 @@ impl Node {
             self.dropped.replayed += 1;
             return Ok(());
         }
+        let mode = self.config.mode;
+        if datagram.escrow != (mode == Mode::Escrow) {
+            self.dropped.strangers += 1; // a gateway of another mesh, in the other mode
+            return Ok(());
+        }
+        match self.incarnations[from] {
+            Some(known) if datagram.incarnation < known => {
+                self.dropped.stale += 1;
+                return Ok(());
+            }
+            Some(known) if datagram.incarnation > known && mode == Mode::Escrow => {
+                self.forget(from, now);
+            }
+            _ => {}
+        }
+        self.incarnations[from] = Some(datagram.incarnation);
         self.heard[from] = Some(now);
         self.heard_round[from] = self.round;
         let relay = self.relay_rounds;
-        let mode = self.config.mode;
+        // Transfers and acknowledgements meant for this gateway's incarnation before are void.
+        let for_me = datagram.to_incarnation == self.config.incarnation;
+        let carries = !datagram.transfers.is_empty() || !datagram.acks.is_empty();
+        if carries && !for_me {
+            self.dropped.stale += 1;
+        }
+        let (transfers, acks) = if for_me {
+            (datagram.transfers, datagram.acks)
+        } else {
+            (Vec::new(), Vec::new())
+        };
         for e in datagram.entries {
             let Ok(origin) = self.members.binary_search(&e.origin) else {
                 continue;
@@ -749,30 +795,59 @@ impl Node {
                 hot: relay,
             };
         }
-        for t in datagram.transfers {
+        for t in transfers {
             let Some(state) = self.state(t.slot.clone(), now) else {
                 self.dropped.over_bound += 1;
                 continue;
             };
             if let Bucket::Share(bucket) = &mut state.bucket {
                 let (share, tokens) = &mut state.received[from];
-                let (more_share, more_tokens) = (
+                let (mut more_share, mut more_tokens) = (
                     t.share.saturating_sub(*share),
                     t.tokens.saturating_sub(*tokens),
                 );
                 *share = (*share).max(t.share);
                 *tokens = (*tokens).max(t.tokens);
+                if state.debt > 0 && more_share > 0 {
+                    // A debt is repaid first, with the tokens that came with it.
+                    let repaid = state.debt.min(more_share);
+                    let with =
+                        u128::from(more_tokens) * u128::from(repaid) / u128::from(more_share);
+                    more_tokens -= u64::try_from(with).unwrap_or(more_tokens).min(more_tokens);
+                    more_share -= repaid;
+                    state.debt -= repaid;
+                }
                 bucket.add(&t.slot.quota, now, more_share, more_tokens);
                 state.ack_due[from] = true;
             }
         }
-        for a in datagram.acks {
+        for a in acks {
             if let Some(state) = self.slots.get_mut(&a.slot) {
                 let given = &mut state.given[from];
                 given.acked = given.acked.max(a.share).min(given.share);
             }
         }
         Ok(())
+    }
+
+    /// Escrow: member `from` restarted. What this gateway had been given by its incarnation
+    /// before, beyond what it gave back, is given up (owed, if it has passed it on: repaid
+    /// from the next shares it is given), since the restarted member holds its first share
+    /// again; running totals with it start over.
+    fn forget(&mut self, from: usize, now: u64) {
+        for (slot, state) in &mut self.slots {
+            if let Bucket::Share(bucket) = &mut state.bucket {
+                let (received, given) = (state.received[from].0, state.given[from].share);
+                if received > given {
+                    let short = bucket.give_up(&slot.quota, now, received - given);
+                    state.debt = state.debt.saturating_add(short);
+                }
+            }
+            state.received[from] = (0, 0);
+            state.given[from] = Given::default();
+            state.ack_due[from] = false;
+            state.views[from] = View::default();
+        }
     }
 
     /// The slot's state, made if new and there is room.
@@ -798,6 +873,7 @@ impl Node {
                 given: vec![Given::default(); n],
                 received: vec![(0, 0); n],
                 ack_due: vec![false; n],
+                debt: 0,
             };
             self.order.push(slot.clone());
             self.slots.insert(slot.clone(), state);
@@ -812,6 +888,7 @@ impl Node {
     /// pressure count for nothing and it is given nothing (what it holds stays with it).
     fn rebalance(&mut self, now: u64) {
         let (me, round, relay) = (self.me, self.round, self.relay_rounds);
+        let incarnation = self.config.incarnation;
         let n = self.members.len();
         let quiet = self.quiet_rounds();
         let gone: Vec<bool> = (0..n)
@@ -827,10 +904,17 @@ impl Node {
             let own = state.views[me];
             state.demand = ewma(state.demand, std::mem::take(&mut state.requested), SLOW);
             state.pressure = ewma(state.pressure, std::mem::take(&mut state.refused), FAST);
-            let (demand, pressure) = (state.demand, state.pressure);
+            // A gateway in debt asks for shares as if it refused a unit a round.
+            let pressure = if state.debt > 0 {
+                state.pressure.max(1_000)
+            } else {
+                state.pressure
+            };
+            let demand = state.demand;
             if demand != own.a || bucket.share() != own.b || pressure != own.c || own.version == 0 {
                 state.views[me] = View {
-                    version: round,
+                    // Above every version an incarnation before could have sent.
+                    version: incarnation.saturating_add(round),
                     a: demand,
                     b: bucket.share(),
                     c: pressure,

@@ -142,7 +142,9 @@ impl MeshBuilder {
             .collect();
         let members: Vec<NodeId> = addresses.keys().copied().collect();
         let mut config = self.config;
+        // Both above what this gateway's run before used (time has moved on).
         config.first_sequence = sequence_start();
+        config.incarnation = config.first_sequence;
         let fanout = config.fanout;
         let shared = Arc::new(Shared {
             fanout,

@@ -15,7 +15,7 @@ use ratewarden_core::{Algorithm, Key, KeyRepr, MAX_KEY_LEN, Quota};
 /// A gateway's id in the mesh.
 pub type NodeId = u64;
 
-const MAGIC: &[u8; 4] = b"RWM1";
+const MAGIC: &[u8; 4] = b"RWM2";
 
 /// One key under one quota: what the mesh keeps state for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -75,6 +75,13 @@ pub struct Datagram {
     pub from: NodeId,
     /// The receiver (a datagram delivered elsewhere is dropped: transfers are for it alone).
     pub to: NodeId,
+    /// The sender's incarnation (higher after each restart).
+    pub incarnation: u64,
+    /// The receiver's incarnation as the sender knows it (0: not known): transfers and
+    /// acknowledgements meant for an incarnation before are dropped.
+    pub to_incarnation: u64,
+    /// Whether the sender runs escrow mode (a gateway drops datagrams of the other mode).
+    pub escrow: bool,
     /// Entries, any origin's.
     pub entries: Vec<Entry>,
     /// The sender's transfers to the receiver.
@@ -117,7 +124,7 @@ impl Datagram {
         // Under a UDP datagram's size, so no section can count past u16::MAX records.
         let max = max.min(65_000);
         let mut out = Vec::new();
-        let mut current = Writer::new(self.from, self.to);
+        let mut current = Writer::new(self);
         let records = self
             .entries
             .iter()
@@ -128,7 +135,7 @@ impl Datagram {
             let mut bytes = Vec::with_capacity(64);
             record.write(&mut bytes);
             if !current.is_empty() && current.len() + bytes.len() > max {
-                out.push(std::mem::replace(&mut current, Writer::new(self.from, self.to)).finish());
+                out.push(std::mem::replace(&mut current, Writer::new(self)).finish());
             }
             current.push(record.section(), &bytes);
         }
@@ -151,6 +158,13 @@ impl Datagram {
         let mut datagram = Self {
             from: r.u64()?,
             to: r.u64()?,
+            incarnation: r.u64()?,
+            to_incarnation: r.u64()?,
+            escrow: match r.take(1)?[0] {
+                0 => false,
+                1 => true,
+                _ => return Err(WireError::Invalid),
+            },
             ..Self::default()
         };
         for section in 0..3 {
@@ -222,6 +236,9 @@ impl Record<'_> {
     }
 }
 
+/// Bytes of a datagram's head before its sections.
+const HEAD: usize = 4 + 8 + 8 + 8 + 8 + 1;
+
 /// A datagram being filled: its header, and each section's record count and bytes.
 struct Writer {
     head: Vec<u8>,
@@ -229,11 +246,15 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(from: NodeId, to: NodeId) -> Self {
-        let mut head = Vec::with_capacity(20);
+    /// A datagram's head: the magic, `from`, `to`, both incarnations and the mode (37 bytes).
+    fn new(datagram: &Datagram) -> Self {
+        let mut head = Vec::with_capacity(HEAD);
         head.extend_from_slice(MAGIC);
-        head.extend_from_slice(&from.to_le_bytes());
-        head.extend_from_slice(&to.to_le_bytes());
+        head.extend_from_slice(&datagram.from.to_le_bytes());
+        head.extend_from_slice(&datagram.to.to_le_bytes());
+        head.extend_from_slice(&datagram.incarnation.to_le_bytes());
+        head.extend_from_slice(&datagram.to_incarnation.to_le_bytes());
+        head.push(u8::from(datagram.escrow));
         Self {
             head,
             sections: Default::default(),
@@ -384,6 +405,9 @@ mod tests {
         let datagram = Datagram {
             from: 1,
             to: 2,
+            incarnation: 7,
+            to_incarnation: 8,
+            escrow: true,
             entries: (0..40)
                 .map(|i| Entry {
                     slot: slot(keys[i % 4].clone()),
@@ -409,6 +433,9 @@ mod tests {
         let mut joined = Datagram {
             from: 1,
             to: 2,
+            incarnation: 7,
+            to_incarnation: 8,
+            escrow: true,
             ..Datagram::default()
         };
         for part in &parts {

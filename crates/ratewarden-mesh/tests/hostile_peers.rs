@@ -126,3 +126,167 @@ fn a_silent_member_is_given_nothing() {
         );
     }
 }
+
+/// Node 1 gives most of its share to node 2 (busy), then restarts under a new incarnation
+/// with its first share again: node 2, on hearing the new incarnation, drops what it had
+/// been given by the old one, so the two hold the whole quota between them, not more, and
+/// the rate admitted over the following minutes is the quota's.
+#[test]
+fn a_restarted_gateway_takes_back_nothing_it_gave_away() {
+    let quota: Quota = "100/min".parse().unwrap();
+    let key = Key::from("k");
+    let members = [1, 2];
+    let config = |incarnation| {
+        let mut config = Config::new(Mode::Escrow);
+        config.incarnation = incarnation;
+        config
+    };
+    let mut nodes = vec![
+        Node::new(1, &members, config(1)),
+        Node::new(2, &members, config(1)),
+    ];
+    let mut ms = 0;
+    admit(&mut nodes[0], at(ms), &key, &quota, 0);
+    for _ in 0..100 {
+        ms += 100;
+        admit(&mut nodes[1], at(ms), &key, &quota, 20);
+        round(&mut nodes, at(ms));
+    }
+    let given = 500_000 - nodes[0].share(&key, &quota).unwrap();
+    assert!(given > 300_000, "node 1 gave only {given}");
+    nodes[0] = Node::new(1, &members, config(2));
+    let mut admitted = 0;
+    let start = ms;
+    for _ in 0..6_000 {
+        ms += 100;
+        for node in &mut nodes {
+            admitted += admit(node, at(ms), &key, &quota, 1);
+        }
+        round(&mut nodes, at(ms));
+    }
+    let shares: u64 = nodes.iter().map(|n| n.share(&key, &quota).unwrap()).sum();
+    assert!(shares <= 1_000_000, "shares {shares} of 1,000,000");
+    // Ten minutes at 100/min, a burst, and the restarted gateway's fresh bucket (its first
+    // share of the burst, 50).
+    let minutes = (ms - start) as f64 / 60_000.0;
+    let bound = (100.0 * minutes + 100.0 + 50.0) as u32;
+    assert!(
+        admitted <= bound,
+        "{admitted} admitted in {minutes} min, bound {bound}"
+    );
+}
+
+/// A datagram from a gateway running the other mode is dropped and counted, not read.
+#[test]
+fn a_gateway_of_the_other_mode_is_not_heard() {
+    let quota: Quota = "10/h".parse().unwrap();
+    let key = Key::from("k");
+    let mut escrow = Node::new(1, &[1, 2], Config::new(Mode::Escrow));
+    let mut eventual = Node::new(2, &[1, 2], Config::new(Mode::Eventual));
+    assert_eq!(admit(&mut eventual, at(0), &key, &quota, 10), 10);
+    for out in eventual.tick(at(0)) {
+        escrow.receive(at(0), &out.bytes).unwrap();
+    }
+    assert!(escrow.dropped().strangers >= 1);
+    assert_eq!(escrow.admitted_from(&key, &quota, 2), 0);
+}
+
+/// Three escrow gateways under random load, over a network that loses a fifth of the
+/// datagrams and delays others by a round, each restarting now and then: after the load
+/// stops and the shares settle, they hold at most the whole quota between them, and the
+/// units admitted stay within the burst, the rate, and a restarted gateway's fresh bucket
+/// (its first share of the burst) for each restart.
+#[test]
+fn restarts_under_loss_never_make_shares_out_of_nothing() {
+    let quota: Quota = "60/min".parse().unwrap();
+    let key = Key::from("k");
+    let members = [1, 2, 3];
+    for seed in 0..20_u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let config = |incarnation| {
+            let mut config = Config::new(Mode::Escrow);
+            config.incarnation = incarnation;
+            config.seed = seed;
+            config
+        };
+        let mut nodes: Vec<Node> = members
+            .iter()
+            .map(|&id| Node::new(id, &members, config(1)))
+            .collect();
+        let (mut admitted, mut restarts, mut late) = (0_u32, 0_u32, Vec::new());
+        let rounds = 3_000_u64;
+        for round in 1..=rounds + 300 {
+            let now = at(round * 100);
+            if round <= rounds {
+                for node in &mut nodes {
+                    let tries = rng.u32(0..3);
+                    admitted += admit(node, now, &key, &quota, tries);
+                }
+                if rng.u32(0..200) == 0 {
+                    let i = rng.usize(0..3);
+                    nodes[i] = Node::new(members[i], &members, config(round + 1));
+                    restarts += 1;
+                }
+            }
+            let mut out: Vec<_> = nodes.iter_mut().flat_map(|n| n.tick(now)).collect();
+            out.append(&mut late);
+            for o in out {
+                match rng.u32(0..10) {
+                    0 | 1 => {}        // lost
+                    2 => late.push(o), // a round late
+                    _ => {
+                        let to = usize::try_from(o.to - 1).unwrap();
+                        nodes[to].receive(now, &o.bytes).unwrap();
+                    }
+                }
+            }
+        }
+        let shares: u64 = nodes
+            .iter()
+            .map(|n| n.share(&key, &quota).unwrap_or(0))
+            .sum();
+        assert!(shares <= 1_000_000, "seed {seed}: shares {shares}");
+        let minutes = (rounds * 100) as f64 / 60_000.0;
+        let bound = 60.0 + 60.0 * minutes + f64::from(restarts) * 20.0;
+        assert!(
+            f64::from(admitted) <= bound,
+            "seed {seed}: {admitted} admitted, {restarts} restarts, bound {bound}"
+        );
+    }
+}
+
+/// Node 2 gives node 1 part of its share, the transfer is lost, node 1 restarts, and node 2
+/// resends before it has heard the new incarnation: the restarted node takes none of it
+/// (the share went to the incarnation before, and is lost with it, never made twice).
+#[test]
+fn a_transfer_meant_for_the_incarnation_before_a_restart_is_void() {
+    let quota: Quota = "100/h".parse().unwrap();
+    let key = Key::from("k");
+    let members = [1, 2];
+    let config = |incarnation| {
+        let mut config = Config::new(Mode::Escrow);
+        config.incarnation = incarnation;
+        config
+    };
+    let mut nodes = vec![
+        Node::new(1, &members, config(1)),
+        Node::new(2, &members, config(1)),
+    ];
+    admit(&mut nodes[1], at(0), &key, &quota, 0);
+    admit(&mut nodes[0], at(0), &key, &quota, 80);
+    round(&mut nodes, at(100));
+    // Node 2 gives; the round is lost.
+    let lost: Vec<_> = nodes[1].tick(at(200));
+    assert!(
+        nodes[1].share(&key, &quota).unwrap() < 500_000,
+        "node 2 gave nothing"
+    );
+    drop(lost);
+    nodes[0] = Node::new(1, &members, config(2));
+    admit(&mut nodes[0], at(300), &key, &quota, 0);
+    for out in nodes[1].tick(at(300)) {
+        nodes[0].receive(at(300), &out.bytes).unwrap();
+    }
+    assert_eq!(nodes[0].share(&key, &quota), Some(500_000));
+    assert!(nodes[0].dropped().stale >= 1);
+}
