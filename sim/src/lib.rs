@@ -335,6 +335,26 @@ pub fn most_within(times: &[u64], width: u64) -> usize {
     most
 }
 
+/// Requests at random times, `per_second` on average (a Poisson process), each to one of
+/// `n` gateways at random, over `duration` µs.
+#[must_use]
+pub fn trickle(
+    rng: &mut fastrand::Rng,
+    n: usize,
+    per_second: f64,
+    duration: u64,
+) -> Vec<(u64, usize)> {
+    let mut out = Vec::new();
+    let mut t = 0.0;
+    loop {
+        t += -(1.0 - rng.f64()).ln() / per_second * 1e6;
+        if t >= duration as f64 {
+            return out;
+        }
+        out.push((t as u64, rng.usize(0..n)));
+    }
+}
+
 /// A random trace for `n` gateways over `duration` µs: a steady trickle at a random rate,
 /// bursts sprayed over every gateway at once, and a stretch on one gateway alone.
 #[must_use]
@@ -345,17 +365,9 @@ pub fn requests(
     duration: u64,
 ) -> Vec<(u64, usize)> {
     let per_second = f64::from(quota.count()) * 1e6 / quota.period_micros() as f64;
-    let mut out = Vec::new();
     // Trickle: 0.3 to 3 times the quota's rate, spread over random gateways.
     let rate = per_second * (0.3 + rng.f64() * 2.7);
-    let mut t = 0.0;
-    loop {
-        t += -(1.0 - rng.f64()).ln() / rate * 1e6;
-        if t >= duration as f64 {
-            break;
-        }
-        out.push((t as u64, rng.usize(0..n)));
-    }
+    let mut out = trickle(rng, n, rate, duration);
     // Sprayed bursts: each of 1 to 3 times one request per gateway, all in the same instant.
     for _ in 0..rng.usize(1..=3) {
         let at = rng.u64(0..duration);
@@ -543,15 +555,7 @@ pub fn regions(mode: Mode, interval: u64, load: f64, seed: u64) -> Scenario {
     let n = 12;
     let duration = 60_000_000;
     let per_second = f64::from(quota.count()) * 1e6 / quota.period_micros() as f64 * load;
-    let mut requests = Vec::new();
-    let mut t = 0.0;
-    loop {
-        t += -(1.0 - rng.f64()).ln() / per_second * 1e6;
-        if t >= duration as f64 {
-            break;
-        }
-        requests.push((t as u64, rng.usize(0..n)));
-    }
+    let requests = trickle(&mut rng, n, per_second, duration);
     let mut delay = vec![vec![80_000; 3]; 3];
     for (r, row) in delay.iter_mut().enumerate() {
         row[r] = 1_000;

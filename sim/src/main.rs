@@ -6,7 +6,7 @@
 use ratewarden_core::{Key, Quota, Timestamp};
 use ratewarden_mesh::{Config, Mode, Node};
 use ratewarden_sim::{
-    Cell, Network, Scenario, cell, convergence, eventual_bound, quota, regions, run,
+    Cell, Network, Scenario, cell, convergence, eventual_bound, quota, regions, run, trickle,
 };
 
 fn main() {
@@ -140,18 +140,8 @@ fn claims(traces: usize) {
     let quota = quota();
     let rate = f64::from(quota.count()) * 1e6 / quota.period_micros() as f64;
     let duration = 180_000_000;
-    let trickle = |n: usize, seed: u64| {
-        let mut rng = fastrand::Rng::with_seed(seed);
-        let mut out = Vec::new();
-        let mut t = 0.0;
-        loop {
-            t += -(1.0 - rng.f64()).ln() / (2.0 * rate) * 1e6;
-            if t >= duration as f64 {
-                break out;
-            }
-            out.push((t as u64, rng.usize(0..n)));
-        }
-    };
+    let trickle =
+        |n: usize, seed: u64| trickle(&mut fastrand::Rng::with_seed(seed), n, 2.0 * rate, duration);
     let burst = |n: usize, _: u64| {
         (0..3 * quota.burst() as usize)
             .map(|i| (1_000_000, i % n))

@@ -24,6 +24,13 @@ fn round(nodes: &mut [Node], now: Timestamp) {
     }
 }
 
+/// An escrow gateway's config in its `incarnation`.
+fn escrow(incarnation: u64) -> Config {
+    let mut config = Config::new(Mode::Escrow);
+    config.incarnation = incarnation;
+    config
+}
+
 /// Admitted of `tries` checks of cost 1.
 fn admit(node: &mut Node, now: Timestamp, key: &Key, quota: &Quota, tries: u32) -> u32 {
     let mut admitted = 0;
@@ -136,14 +143,9 @@ fn a_restarted_gateway_takes_back_nothing_it_gave_away() {
     let quota: Quota = "100/min".parse().unwrap();
     let key = Key::from("k");
     let members = [1, 2];
-    let config = |incarnation| {
-        let mut config = Config::new(Mode::Escrow);
-        config.incarnation = incarnation;
-        config
-    };
     let mut nodes = vec![
-        Node::new(1, &members, config(1)),
-        Node::new(2, &members, config(1)),
+        Node::new(1, &members, escrow(1)),
+        Node::new(2, &members, escrow(1)),
     ];
     let mut ms = 0;
     admit(&mut nodes[0], at(ms), &key, &quota, 0);
@@ -154,7 +156,7 @@ fn a_restarted_gateway_takes_back_nothing_it_gave_away() {
     }
     let given = 500_000 - nodes[0].share(&key, &quota).unwrap();
     assert!(given > 300_000, "node 1 gave only {given}");
-    nodes[0] = Node::new(1, &members, config(2));
+    nodes[0] = Node::new(1, &members, escrow(2));
     let mut admitted = 0;
     let start = ms;
     for _ in 0..6_000 {
@@ -263,14 +265,9 @@ fn a_transfer_meant_for_the_incarnation_before_a_restart_is_void() {
     let quota: Quota = "100/h".parse().unwrap();
     let key = Key::from("k");
     let members = [1, 2];
-    let config = |incarnation| {
-        let mut config = Config::new(Mode::Escrow);
-        config.incarnation = incarnation;
-        config
-    };
     let mut nodes = vec![
-        Node::new(1, &members, config(1)),
-        Node::new(2, &members, config(1)),
+        Node::new(1, &members, escrow(1)),
+        Node::new(2, &members, escrow(1)),
     ];
     admit(&mut nodes[1], at(0), &key, &quota, 0);
     admit(&mut nodes[0], at(0), &key, &quota, 80);
@@ -282,7 +279,7 @@ fn a_transfer_meant_for_the_incarnation_before_a_restart_is_void() {
         "node 2 gave nothing"
     );
     drop(lost);
-    nodes[0] = Node::new(1, &members, config(2));
+    nodes[0] = Node::new(1, &members, escrow(2));
     admit(&mut nodes[0], at(300), &key, &quota, 0);
     for out in nodes[1].tick(at(300)) {
         nodes[0].receive(at(300), &out.bytes).unwrap();
