@@ -47,10 +47,12 @@
 //!   Shares live in memory. A restarted gateway comes back under a higher incarnation
 //!   ([`Config::incarnation`]; `MeshStore` takes its start time) holding its first share
 //!   (`1 / N`) of each quota, in a full bucket. Each escrow peer, once it hears the new
-//!   incarnation, gives up the share it had been given by the one before (net of what it gave
-//!   back; what it passed on is owed and repaid from the next shares it is given), and
-//!   transfers to or from the incarnation before are void; so the shares again sum to at most
-//!   the whole quota. Over the quota: the restarted gateway's fresh bucket (its first share
+//!   incarnation, settles with the one before: it gives up what it had been given beyond
+//!   what it gave (what it passed on is owed, repaid from the next shares it is given) and
+//!   takes back, as share without tokens, what it had given beyond what it was given.
+//!   Transfers to or from the incarnation before are void. So the shares again sum to the
+//!   whole quota, less what the incarnation before held above its first share (lost with
+//!   it) and what was in flight. Over the quota: the restarted gateway's fresh bucket (its first share
 //!   of the burst) once per restart, plus, until every peer has heard it, what those that
 //!   have not had been given by it, plus any debt not yet repaid. A gateway whose wall clock
 //!   is behind its run before is not heard (its datagrams count as [`Dropped::stale`]) until

@@ -268,6 +268,20 @@ struct State {
     debt: u64,
 }
 
+impl State {
+    /// Escrow: counts a request's units as asked for, and as refused if it was denied (one
+    /// no retry can meet is no demand).
+    fn ask(&mut self, cost: u32, decision: &Decision) {
+        if matches!(decision, Decision::InsufficientCapacity(_)) {
+            return;
+        }
+        self.requested = self.requested.saturating_add(u64::from(cost));
+        if !decision.is_allowed() {
+            self.refused = self.refused.saturating_add(u64::from(cost));
+        }
+    }
+}
+
 impl Node {
     /// A gateway `id` in a mesh of `members` (which should include `id`; it is added if not).
     #[must_use]
@@ -395,11 +409,8 @@ impl Node {
                 decision
             }
             Bucket::Share(bucket) => {
-                state.requested = state.requested.saturating_add(u64::from(cost));
                 let decision = bucket.check(quota, now, cost);
-                if !decision.is_allowed() {
-                    state.refused = state.refused.saturating_add(u64::from(cost));
-                }
+                state.ask(cost, &decision);
                 decision
             }
         };
@@ -444,18 +455,29 @@ impl Node {
         }
         let at = now.as_micros();
         let (states, of) = merged(limits);
-        // Each state decided on a copy of its bucket, charging nothing.
+        // Each state decided on a copy of its bucket (a fresh one for a key without state),
+        // charging nothing and making no state.
         let mut decisions = Vec::with_capacity(states.len());
+        let mut new = 0;
         for limit in &states {
             let slot = Slot {
                 key: limit.key().clone(),
                 quota: *limit.quota(),
             };
-            let mut bucket = self.state(slot, at).ok_or(Full)?.bucket;
+            let mut bucket = match self.slots.get(&slot) {
+                Some(state) => state.bucket,
+                None => {
+                    new += usize::from(limit.is_counted());
+                    self.fresh(limit.quota(), at)
+                }
+            };
             decisions.push(match &mut bucket {
                 Bucket::Owing(bucket) => bucket.check(limit.quota(), at, limit.cost()),
                 Bucket::Share(bucket) => bucket.check(limit.quota(), at, limit.cost()),
             });
+        }
+        if self.slots.len() + new > self.config.max_slots {
+            return Err(Full);
         }
         let each = |decisions: &[Decision]| {
             Decisions::from(of.iter().map(|&s| decisions[s]).collect::<Vec<_>>())
@@ -470,11 +492,7 @@ impl Node {
                 if let Some(state) = self.slots.get_mut(&slot)
                     && limit.is_counted()
                 {
-                    let cost = u64::from(limit.cost());
-                    state.requested = state.requested.saturating_add(cost);
-                    if !decision.is_allowed() {
-                        state.refused = state.refused.saturating_add(cost);
-                    }
+                    state.ask(limit.cost(), decision);
                 }
             }
             return Ok(each(&decisions));
@@ -506,13 +524,10 @@ impl Node {
             key: key.clone(),
             quota: *quota,
         };
-        let bucket = match self.slots.get(&slot) {
-            Some(state) => match &state.bucket {
-                Bucket::Owing(b) => Bucket::Owing(*b),
-                Bucket::Share(b) => Bucket::Share(*b),
-            },
-            None => self.fresh(quota, now),
-        };
+        let bucket = self
+            .slots
+            .get(&slot)
+            .map_or_else(|| self.fresh(quota, now), |state| state.bucket);
         match bucket {
             Bucket::Owing(mut b) => b.check(quota, now, 1),
             Bucket::Share(mut b) => b.check(quota, now, 1),
@@ -830,10 +845,12 @@ impl Node {
         Ok(())
     }
 
-    /// Escrow: member `from` restarted. What this gateway had been given by its incarnation
-    /// before, beyond what it gave back, is given up (owed, if it has passed it on: repaid
-    /// from the next shares it is given), since the restarted member holds its first share
-    /// again; running totals with it start over.
+    /// Escrow: member `from` restarted, holding its first share again. What this gateway
+    /// had been given by its incarnation before, beyond what it gave it, is given up (owed,
+    /// if it has passed it on: repaid from the next shares it is given); what it gave it
+    /// beyond what it was given comes back, as share without tokens (a debt repaid first).
+    /// So the shares held sum to what they did, less what the one before held above its
+    /// first share. Running totals with it start over.
     fn forget(&mut self, from: usize, now: u64) {
         for (slot, state) in &mut self.slots {
             if let Bucket::Share(bucket) = &mut state.bucket {
@@ -841,6 +858,11 @@ impl Node {
                 if received > given {
                     let short = bucket.give_up(&slot.quota, now, received - given);
                     state.debt = state.debt.saturating_add(short);
+                } else {
+                    let back = given - received;
+                    let repaid = state.debt.min(back);
+                    state.debt -= repaid;
+                    bucket.add(&slot.quota, now, back - repaid, 0);
                 }
             }
             state.received[from] = (0, 0);

@@ -3,7 +3,7 @@
 //! that has gone silent.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use ratewarden_core::{Key, Quota, Timestamp};
+use ratewarden_core::{Key, Limit, Quota, Timestamp};
 use ratewarden_mesh::wire::{Datagram, Entry, Slot};
 use ratewarden_mesh::{Config, Mode, Node, node_id};
 
@@ -286,4 +286,102 @@ fn a_transfer_meant_for_the_incarnation_before_a_restart_is_void() {
     }
     assert_eq!(nodes[0].share(&key, &quota), Some(500_000));
     assert!(nodes[0].dropped().stale >= 1);
+}
+
+/// Node 1, busy, draws most of the quota from node 2, then restarts: node 2 takes back what
+/// it had given the incarnation before (as share, without tokens), so after the restart the
+/// two hold the whole quota again, not the 1/N the restarted one comes back with plus what
+/// node 2 kept.
+#[test]
+fn a_hot_gateways_restart_gives_its_peers_back_what_they_gave_it() {
+    let quota: Quota = "100/min".parse().unwrap();
+    let key = Key::from("k");
+    let members = [1, 2];
+    let mut nodes = vec![
+        Node::new(1, &members, escrow(1)),
+        Node::new(2, &members, escrow(1)),
+    ];
+    let mut ms = 0;
+    admit(&mut nodes[1], at(ms), &key, &quota, 0);
+    for _ in 0..100 {
+        ms += 100;
+        admit(&mut nodes[0], at(ms), &key, &quota, 20);
+        round(&mut nodes, at(ms));
+    }
+    assert!(nodes[0].share(&key, &quota).unwrap() > 800_000);
+    nodes[0] = Node::new(1, &members, escrow(2));
+    for _ in 0..10 {
+        ms += 100;
+        admit(&mut nodes[0], at(ms), &key, &quota, 0);
+        round(&mut nodes, at(ms));
+    }
+    let shares: u64 = nodes.iter().map(|n| n.share(&key, &quota).unwrap()).sum();
+    assert!(
+        shares >= 999_000,
+        "the fleet holds {shares} of 1,000,000 after a restart"
+    );
+    assert!(
+        shares <= 1_000_000,
+        "the fleet holds {shares} of 1,000,000 after a restart"
+    );
+}
+
+/// Probes read state and never write it: probing keys a gateway has never seen makes no
+/// slot there, nor on its peers, and never fills the node.
+#[test]
+fn probes_of_unseen_keys_make_no_state() {
+    let quota: Quota = "10/s".parse().unwrap();
+    let mut config = escrow(1);
+    config.max_slots = 3;
+    let mut nodes = vec![
+        Node::new(1, &[1, 2], config.clone()),
+        Node::new(2, &[1, 2], config),
+    ];
+    for k in 0..10_u64 {
+        let probe = [Limit::probe(Key::from(k), quota, 1)];
+        assert!(nodes[0].check_all(at(0), &probe).unwrap().is_allowed());
+    }
+    round(&mut nodes, at(100));
+    round(&mut nodes, at(200));
+    for node in &mut nodes {
+        assert!(
+            node.check(at(300), &Key::from("real"), &quota, 1)
+                .unwrap()
+                .is_allowed()
+        );
+        assert_eq!(node.share(&Key::from(0_u64), &quota), None);
+    }
+    // A request refused as full counts nothing and makes no slot either.
+    let mut config = escrow(1);
+    config.max_slots = 1;
+    let mut node = Node::new(1, &[1], config);
+    let both = [
+        Limit::new(Key::from("a"), quota, 1),
+        Limit::new(Key::from("b"), quota, 1),
+    ];
+    assert!(node.check_all(at(0), &both).is_err());
+    assert!(
+        node.check(at(0), &Key::from("c"), &quota, 1)
+            .unwrap()
+            .is_allowed()
+    );
+}
+
+/// A request no retry can meet (a cost above the burst) is no demand: a client sending
+/// them to one gateway draws no shares to it.
+#[test]
+fn impossible_requests_draw_no_shares() {
+    let quota: Quota = "10/s".parse().unwrap();
+    let key = Key::from("k");
+    let mut nodes = vec![
+        Node::new(1, &[1, 2], escrow(1)),
+        Node::new(2, &[1, 2], escrow(1)),
+    ];
+    admit(&mut nodes[1], at(0), &key, &quota, 0);
+    for r in 1..50 {
+        let decision = nodes[0].check(at(r * 100), &key, &quota, 11).unwrap();
+        assert!(!decision.is_allowed());
+        round(&mut nodes, at(r * 100));
+    }
+    assert_eq!(nodes[1].share(&key, &quota), Some(500_000));
 }
