@@ -50,10 +50,12 @@ pub struct Config {
     pub seed: u64,
     /// The first sequence number this gateway seals a datagram to each peer with; a peer
     /// drops numbers it has seen or older than the last 1,024 it was sent, so a gateway that
-    /// restarts must start above where it stopped (the time in microseconds, say).
+    /// restarts starts above where it stopped (the time in microseconds, say; one that does
+    /// not moves above what a peer last took from it once it hears that peer).
     pub first_sequence: u64,
-    /// This run of the gateway: a gateway that restarts must take a higher one (the time in
-    /// microseconds, say). Peers that hear a member's higher incarnation know the one
+    /// This run of the gateway: a gateway that restarts takes a higher one (the time in
+    /// microseconds, say; one that does not moves above what its peers last saw once it
+    /// hears them). Peers that hear a member's higher incarnation know the one
     /// before is gone: escrow peers give up the share it had given them (the restarted
     /// gateway holds its first share again), transfers to or from the one before are
     /// dropped, and datagrams from it are dropped and counted ([`Dropped::stale`]).
@@ -150,11 +152,11 @@ pub struct Dropped {
 /// A round sends each of `min(fanout, n − 1)` peers the entries that changed lately (each
 /// relayed for [`Node::relay_rounds`] rounds) and up to [`Config::repair_per_round`] repaired
 /// ones, and each peer it owes a transfer or an acknowledgement one of each per slot; every
-/// datagram of at most [`Config::max_datagram`] bytes. In bytes: a datagram's head is 43
-/// (83 sealed), a slot `25 + k` where `k` is 9 for a number key, 17 for an IP address, 33 for
+/// datagram of at most [`Config::max_datagram`] bytes. In bytes: a datagram's head is 51
+/// (91 sealed), a slot `25 + k` where `k` is 9 for a number key, 17 for an IP address, 33 for
 /// a digest and `2 + len` for a short string key; an entry is a slot and 40, a transfer a
 /// slot and 16, an acknowledgement a slot and 8. One key changing on every gateway of `n`
-/// costs a gateway at most `min(fanout, n − 1) × (83 + 2n × entry) + (n − 1) × (83 +
+/// costs a gateway at most `min(fanout, n − 1) × (91 + 2n × entry) + (n − 1) × (91 +
 /// transfer + acknowledgement)` bytes a round.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -620,6 +622,7 @@ impl Node {
                 to: peer,
                 incarnation: self.config.incarnation,
                 to_incarnation: self.incarnations[i].unwrap_or(0),
+                to_sequence: self.windows[i].highest(),
                 escrow: self.config.mode == Mode::Escrow,
                 ..Datagram::default()
             })
@@ -758,13 +761,22 @@ impl Node {
             _ => {}
         }
         self.incarnations[from] = Some(datagram.incarnation);
+        // A peer that knows this gateway by a higher incarnation, or took higher sequence
+        // numbers from it, saw a run of it before this one: this one moves above both, or
+        // it would never be heard (a clock behind its run before).
+        if datagram.to_incarnation > self.config.incarnation {
+            self.config.incarnation = datagram.to_incarnation.saturating_add(1);
+        }
+        let sequence = &mut self.sequences[from];
+        *sequence = (*sequence).max(datagram.to_sequence);
         self.heard[from] = Some(now);
         self.heard_round[from] = self.round;
         let relay = self.relay_rounds;
         // Transfers and acknowledgements meant for this gateway's incarnation before are void.
         let for_me = datagram.to_incarnation == self.config.incarnation;
         let carries = !datagram.transfers.is_empty() || !datagram.acks.is_empty();
-        if carries && !for_me {
+        // (0: the sender has not heard this gateway yet, and resends once it has.)
+        if carries && !for_me && datagram.to_incarnation != 0 {
             self.dropped.stale += 1;
         }
         let (transfers, acks) = if for_me {

@@ -90,6 +90,11 @@ impl Window {
         true
     }
 
+    /// The highest sequence number taken (0: none).
+    pub(crate) const fn highest(&self) -> u64 {
+        self.highest
+    }
+
     fn get(&self, seq: u64) -> bool {
         let bit = seq % WINDOW;
         self.seen[(bit / 64) as usize] & (1 << (bit % 64)) != 0

@@ -80,6 +80,9 @@ pub struct Datagram {
     /// The receiver's incarnation as the sender knows it (0: not known): transfers and
     /// acknowledgements meant for an incarnation before are dropped.
     pub to_incarnation: u64,
+    /// The highest sequence number the sender has taken from the receiver (0: none): a
+    /// receiver that restarted below it moves its own above.
+    pub to_sequence: u64,
     /// Whether the sender runs escrow mode (a gateway drops datagrams of the other mode).
     pub escrow: bool,
     /// Entries, any origin's.
@@ -160,6 +163,7 @@ impl Datagram {
             to: r.u64()?,
             incarnation: r.u64()?,
             to_incarnation: r.u64()?,
+            to_sequence: r.u64()?,
             escrow: match r.take(1)?[0] {
                 0 => false,
                 1 => true,
@@ -237,7 +241,7 @@ impl Record<'_> {
 }
 
 /// Bytes of a datagram's head before its sections.
-const HEAD: usize = 4 + 8 + 8 + 8 + 8 + 1;
+const HEAD: usize = 4 + 8 + 8 + 8 + 8 + 8 + 1;
 
 /// A datagram being filled: its header, and each section's record count and bytes.
 struct Writer {
@@ -246,7 +250,8 @@ struct Writer {
 }
 
 impl Writer {
-    /// A datagram's head: the magic, `from`, `to`, both incarnations and the mode (37 bytes).
+    /// A datagram's head: the magic, `from`, `to`, both incarnations, the receiver's last
+    /// sequence number and the mode (45 bytes).
     fn new(datagram: &Datagram) -> Self {
         let mut head = Vec::with_capacity(HEAD);
         head.extend_from_slice(MAGIC);
@@ -254,6 +259,7 @@ impl Writer {
         head.extend_from_slice(&datagram.to.to_le_bytes());
         head.extend_from_slice(&datagram.incarnation.to_le_bytes());
         head.extend_from_slice(&datagram.to_incarnation.to_le_bytes());
+        head.extend_from_slice(&datagram.to_sequence.to_le_bytes());
         head.push(u8::from(datagram.escrow));
         Self {
             head,
@@ -407,6 +413,7 @@ mod tests {
             to: 2,
             incarnation: 7,
             to_incarnation: 8,
+            to_sequence: 9,
             escrow: true,
             entries: (0..40)
                 .map(|i| Entry {
@@ -435,6 +442,7 @@ mod tests {
             to: 2,
             incarnation: 7,
             to_incarnation: 8,
+            to_sequence: 9,
             escrow: true,
             ..Datagram::default()
         };

@@ -385,3 +385,51 @@ fn impossible_requests_draw_no_shares() {
     }
     assert_eq!(nodes[1].share(&key, &quota), Some(500_000));
 }
+
+/// A gateway restarts with its clock behind its run before (a VM restored from a snapshot,
+/// a clock not yet set): its incarnation and sequence numbers are below what its peers saw.
+/// Its peers tell it what they know, it takes numbers above them, and is heard again: the
+/// two hold the whole quota between them and admit at its rate.
+#[test]
+fn a_gateway_restarted_with_its_clock_behind_is_heard_again() {
+    let sealed = |incarnation| {
+        let mut config = Config::new(Mode::Escrow)
+            .secret(b"a secret the test's gateways share")
+            .unwrap();
+        config.incarnation = incarnation;
+        config.first_sequence = incarnation;
+        config
+    };
+    let quota: Quota = "100/min".parse().unwrap();
+    let key = Key::from("k");
+    let members = [1, 2];
+    let mut nodes = vec![
+        Node::new(1, &members, sealed(1_000_000)),
+        Node::new(2, &members, sealed(1_000_000)),
+    ];
+    let mut ms = 0;
+    admit(&mut nodes[0], at(ms), &key, &quota, 0);
+    for _ in 0..100 {
+        ms += 100;
+        admit(&mut nodes[1], at(ms), &key, &quota, 20);
+        round(&mut nodes, at(ms));
+    }
+    nodes[0] = Node::new(1, &members, sealed(500_000));
+    let (start, mut admitted) = (ms, 0);
+    for _ in 0..6_000 {
+        ms += 100;
+        for node in &mut nodes {
+            admitted += admit(node, at(ms), &key, &quota, 1);
+        }
+        round(&mut nodes, at(ms));
+    }
+    let shares: u64 = nodes.iter().map(|n| n.share(&key, &quota).unwrap()).sum();
+    assert!(shares <= 1_000_000, "shares {shares} of 1,000,000");
+    assert!(nodes[1].dropped().replayed < 10, "{:?}", nodes[1].dropped());
+    let minutes = (ms - start) as f64 / 60_000.0;
+    let bound = (100.0 * minutes + 100.0 + 50.0) as u32;
+    assert!(
+        admitted <= bound,
+        "{admitted} admitted in {minutes} min, bound {bound}"
+    );
+}
