@@ -54,11 +54,12 @@ pub struct Config {
     /// not moves above what a peer last took from it once it hears that peer).
     pub first_sequence: u64,
     /// This run of the gateway: a gateway that restarts takes a higher one (the time in
-    /// microseconds, say; one that does not moves above what its peers last saw once it
-    /// hears them). Peers that hear a member's higher incarnation know the one
-    /// before is gone: escrow peers give up the share it had given them (the restarted
-    /// gateway holds its first share again), transfers to or from the one before are
-    /// dropped, and datagrams from it are dropped and counted ([`Dropped::stale`]).
+    /// microseconds, say, which grows faster than rounds: escrow versions are the
+    /// incarnation plus the round; one that does not moves above what its peers last saw
+    /// once it hears them). Peers that hear a member's higher incarnation know the one
+    /// before is gone: escrow peers settle what they and it had given each other (the
+    /// restarted gateway holds its first share again), transfers to or from the one before
+    /// are void, and datagrams from it are dropped and counted ([`Dropped::stale`]).
     pub incarnation: u64,
     pub(crate) sealer: Option<Sealer>,
 }
