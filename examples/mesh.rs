@@ -44,10 +44,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         move || async move {
             let live = store.live();
             let ids: Vec<String> = live.iter().map(|id| format!("\"{id:x}\"")).collect();
+            // What an operator looks at first: who is heard, and what was dropped and why.
+            let dropped = store.dropped();
             format!(
-                "{{\"node\":\"{node}\",\"members\":{},\"ids\":[{}]}}\n",
+                "{{\"node\":\"{node}\",\"members\":{},\"ids\":[{}],\"dropped\":{{\"forged\":{},\"replayed\":{},\"stale\":{},\"strangers\":{},\"malformed\":{}}}}}\n",
                 live.len(),
-                ids.join(",")
+                ids.join(","),
+                dropped.forged,
+                dropped.replayed,
+                dropped.stale,
+                dropped.strangers,
+                dropped.malformed,
             )
         }
     };
