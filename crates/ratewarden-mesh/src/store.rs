@@ -88,7 +88,9 @@ impl MeshBuilder {
         self
     }
 
-    /// The node's settings beyond the mode (fanout, datagram size, slots).
+    /// The node's settings (fanout, datagram size, slots, and its mode: of [`mode`](Self::mode)
+    /// and this, the one called last decides). A secret given before is kept; the config's
+    /// sequence numbers and incarnation are replaced by the time at [`bind`](Self::bind).
     pub fn config(mut self, config: Config) -> Self {
         let sealed = self.config.clone();
         self.config = config;
