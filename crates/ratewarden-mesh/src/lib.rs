@@ -55,10 +55,12 @@
 //!   it) and what was in flight. Over the quota: the restarted gateway's fresh bucket (its first share
 //!   of the burst) once per restart, plus, until every peer has heard it, what those that
 //!   have not had been given by it, plus any debt not yet repaid. A gateway whose wall clock
-//!   is behind its run before is dropped by its peers at first ([`Dropped::stale`] or
-//!   [`Dropped::replayed`]); each tells it, in its own datagrams, the incarnation and the
-//!   sequence numbers it last took from it, and it moves above them, so it is heard a
-//!   round after it hears any peer. In eventual mode a restarted gateway's peers take its new admissions for
+//!   is behind its run before, or that came back with the same incarnation, is dropped by
+//!   its peers at first ([`Dropped::stale`] or [`Dropped::replayed`]); each tells it, in its
+//!   own datagrams, the incarnation and the sequence numbers it last took from it, and it
+//!   moves above them (settling with every peer, as they then settle with it), so it is
+//!   heard a round after it hears any peer. This needs the seal (its sequence numbers);
+//!   without one a restart needs a higher incarnation. In eventual mode a restarted gateway's peers take its new admissions for
 //!   ones they have heard of until it has heard its old running total back (relayed or
 //!   repaired) and counts on from there: for its keys `D` grows by up to one repair cycle
 //!   (slots ÷ [`Config::repair_per_round`] rounds).

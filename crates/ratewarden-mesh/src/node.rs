@@ -763,10 +763,13 @@ impl Node {
         }
         self.incarnations[from] = Some(datagram.incarnation);
         // A peer that knows this gateway by a higher incarnation, or took higher sequence
-        // numbers from it, saw a run of it before this one: this one moves above both, or
-        // it would never be heard (a clock behind its run before).
-        if datagram.to_incarnation > self.config.incarnation {
-            self.config.incarnation = datagram.to_incarnation.saturating_add(1);
+        // numbers from it than this run sent, saw a run of it before this one (a clock
+        // behind, the same incarnation again): this run moves above, or it would never be
+        // heard, and settles with every peer as they will with it.
+        if datagram.to_incarnation > self.config.incarnation
+            || datagram.to_sequence > self.sequences[from]
+        {
+            self.move_above(datagram.to_incarnation, now);
         }
         let sequence = &mut self.sequences[from];
         *sequence = (*sequence).max(datagram.to_sequence);
@@ -865,6 +868,29 @@ impl Node {
     /// So the shares held sum to what they did, less what the one before held above its
     /// first share. Running totals with it start over.
     fn forget(&mut self, from: usize, now: u64) {
+        self.settle(from, now);
+        for state in self.slots.values_mut() {
+            state.views[from] = View::default();
+        }
+    }
+
+    /// This run takes an incarnation above `known` (and its own) by more than any run's
+    /// rounds, so its entries outrank any its run before sent and peers settle with that
+    /// run; it settles with every peer alike, as it would with a restarted one.
+    fn move_above(&mut self, known: u64, now: u64) {
+        let above = known.max(self.config.incarnation);
+        self.config.incarnation = above.saturating_add(ROUNDS_A_RUN);
+        if self.config.mode == Mode::Escrow {
+            let me = self.me;
+            for peer in (0..self.members.len()).filter(|&p| p != me) {
+                self.settle(peer, now);
+            }
+        }
+    }
+
+    /// Escrow: undoes the shares exchanged with member `from` (see [`Node::forget`]) and
+    /// starts the running totals with it over.
+    fn settle(&mut self, from: usize, now: u64) {
         for (slot, state) in &mut self.slots {
             if let Bucket::Share(bucket) = &mut state.bucket {
                 let (received, given) = (state.received[from].0, state.given[from].share);
@@ -881,7 +907,6 @@ impl Node {
             state.received[from] = (0, 0);
             state.given[from] = Given::default();
             state.ack_due[from] = false;
-            state.views[from] = View::default();
         }
     }
 
@@ -1012,6 +1037,11 @@ impl Node {
         }
     }
 }
+
+/// More rounds than a run lasts (13 years at 100 ms): what a run that moves above its run
+/// before adds to the incarnation it learnt, so that its entries' versions (the incarnation
+/// plus the round) outrank any that run sent.
+const ROUNDS_A_RUN: u64 = 1 << 32;
 
 /// Rounds the demand is averaged over.
 const SLOW: u64 = 64;
