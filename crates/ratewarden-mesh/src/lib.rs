@@ -14,7 +14,7 @@
 //!   tokens before it sends them, the receiver adds what a running total adds to the last one
 //!   it applied. A share in flight (or lost, or behind a partition) is spent by no one.
 //!   **Over the quota: never**, in any interval, under loss, delay, duplication, reordering or
-//!   partition. **Unused**: shares move only while some gateway refuses; then each gateway
+//!   partition (a restart: see below). **Unused**: shares move only while some gateway refuses; then each gateway
 //!   that has not refused lately gives half of what it holds above its part of the fleet's
 //!   weight (long-run demand, units refused lately, and an even prior) to those below
 //!   theirs. Load spread evenly below the quota moves nothing and loses nothing to the mesh;
@@ -43,7 +43,7 @@
 //!   can still claim units it was never given.
 //! - **One mode a mesh.** A datagram from a gateway of the other mode is dropped and
 //!   counted ([`Dropped::strangers`]).
-//! - **A restart forgets what the gateway held, and peers give back what it gave them.**
+//! - **A restart forgets what the gateway held; its peers settle with the run it ends.**
 //!   Shares live in memory. A restarted gateway comes back under a higher incarnation
 //!   ([`Config::incarnation`]; `MeshStore` takes its start time) holding its first share
 //!   (`1 / N`) of each quota, in a full bucket. Each escrow peer, once it hears the new
@@ -52,18 +52,22 @@
 //!   takes back, as share without tokens, what it had given beyond what it was given.
 //!   Transfers to or from the incarnation before are void. So the shares again sum to the
 //!   whole quota, less what the incarnation before held above its first share (lost with
-//!   it) and what was in flight. Over the quota: the restarted gateway's fresh bucket (its first share
-//!   of the burst) once per restart, plus, until every peer has heard it, what those that
-//!   have not had been given by it, plus any debt not yet repaid. A gateway whose wall clock
-//!   is behind its run before, or that came back with the same incarnation, is dropped by
-//!   its peers at first ([`Dropped::stale`] or [`Dropped::replayed`]); each tells it, in its
-//!   own datagrams, the incarnation and the sequence numbers it last took from it, and it
-//!   moves above them (settling with every peer, as they then settle with it), so it is
-//!   heard a round after it hears any peer. This needs the seal (its sequence numbers);
-//!   without one a restart needs a higher incarnation. In eventual mode a restarted gateway's peers take its new admissions for
-//!   ones they have heard of until it has heard its old running total back (relayed or
-//!   repaired) and counts on from there: for its keys `D` grows by up to one repair cycle
-//!   (slots ÷ [`Config::repair_per_round`] rounds).
+//!   it) and what was in flight. Over the quota: the restarted gateway's fresh bucket (its
+//!   first share of the burst) once per restart, plus, until every peer has heard it, what
+//!   those that have not had been given by it, plus any debt not yet repaid.
+//!
+//!   A gateway whose wall clock is behind its run before, or that came back with the same
+//!   incarnation, is dropped by its peers at first ([`Dropped::stale`] or
+//!   [`Dropped::replayed`]); each tells it, in its own datagrams, the incarnation and the
+//!   sequence numbers it last took from it, and it moves above them (settling with every
+//!   peer, as they then settle with it), so it is heard a round after it hears any peer.
+//!   This needs the seal (its sequence numbers); without one a restart needs a higher
+//!   incarnation.
+//!
+//!   In eventual mode a restarted gateway's peers take its new admissions for ones they
+//!   have heard of until it has heard its old running total back (relayed or repaired) and
+//!   counts on from there: for its keys `D` grows by up to one repair cycle (slots ÷
+//!   [`Config::repair_per_round`] rounds).
 //! - **A gateway that dies keeps its share.** Escrow takes a member not heard from for
 //!   [`Node::quiet_rounds`] as gone and gives it nothing more, but what it held when it died
 //!   is unused until it comes back: at most its share of the quota, which is `1 / N` unless
