@@ -140,42 +140,58 @@ fn a_silent_member_is_given_nothing() {
 /// the rate admitted over the following minutes is the quota's.
 #[test]
 fn a_restarted_gateway_takes_back_nothing_it_gave_away() {
-    let quota: Quota = "100/min".parse().unwrap();
-    let key = Key::from("k");
-    let members = [1, 2];
-    let mut nodes = vec![
-        Node::new(1, &members, escrow(1)),
-        Node::new(2, &members, escrow(1)),
-    ];
-    let mut ms = 0;
-    admit(&mut nodes[0], at(ms), &key, &quota, 0);
-    for _ in 0..100 {
-        ms += 100;
-        admit(&mut nodes[1], at(ms), &key, &quota, 20);
-        round(&mut nodes, at(ms));
-    }
+    let (quota, key) = restart_quota();
+    let (mut nodes, ms) = one_drew_from_the_other(1, || escrow(1));
     let given = 500_000 - nodes[0].share(&key, &quota).unwrap();
     assert!(given > 300_000, "node 1 gave only {given}");
-    nodes[0] = Node::new(1, &members, escrow(2));
-    let mut admitted = 0;
-    let start = ms;
-    for _ in 0..6_000 {
-        ms += 100;
-        for node in &mut nodes {
-            admitted += admit(node, at(ms), &key, &quota, 1);
-        }
-        round(&mut nodes, at(ms));
-    }
-    let shares: u64 = nodes.iter().map(|n| n.share(&key, &quota).unwrap()).sum();
-    assert!(shares <= 1_000_000, "shares {shares} of 1,000,000");
-    // Ten minutes at 100/min, a burst, and the restarted gateway's fresh bucket (its first
-    // share of the burst, 50).
-    let minutes = (ms - start) as f64 / 60_000.0;
-    let bound = (100.0 * minutes + 100.0 + 50.0) as u32;
+    nodes[0] = Node::new(1, &[1, 2], escrow(2));
+    let (admitted, bound) = ten_minutes_asking(&mut nodes, ms);
+    let held = total(&nodes, &key, &quota);
+    assert!(held <= 1_000_000, "{held} of 1,000,000 held");
     assert!(
         admitted <= bound,
-        "{admitted} admitted in {minutes} min, bound {bound}"
+        "{admitted} admitted in ten minutes, bound {bound}"
     );
+}
+
+/// The quota and key the restart tests share: 100 a minute.
+fn restart_quota() -> (Quota, Key) {
+    ("100/min".parse().unwrap(), Key::from("k"))
+}
+
+/// Two gateways made by `config`, the `busy` one (0 or 1) having drawn most of the other's
+/// share: 20 requests a round on it for 100 rounds of 100 ms. Returns them and the time, ms.
+fn one_drew_from_the_other(busy: usize, config: impl Fn() -> Config) -> (Vec<Node>, u64) {
+    let (quota, key) = restart_quota();
+    let members = [1, 2];
+    let mut nodes = vec![
+        Node::new(1, &members, config()),
+        Node::new(2, &members, config()),
+    ];
+    let mut ms = 0;
+    admit(&mut nodes[1 - busy], at(ms), &key, &quota, 0);
+    for _ in 0..100 {
+        ms += 100;
+        admit(&mut nodes[busy], at(ms), &key, &quota, 20);
+        round(&mut nodes, at(ms));
+    }
+    (nodes, ms)
+}
+
+/// Rounds of 100 ms from `ms` in which each gateway asks once, for ten minutes: what they
+/// admitted, and the bound for it (the rate over the ten minutes, a burst, and one
+/// restarted gateway's fresh bucket: its first share of the burst).
+fn ten_minutes_asking(nodes: &mut [Node], mut ms: u64) -> (u32, u32) {
+    let (quota, key) = restart_quota();
+    let mut admitted = 0;
+    for _ in 0..6_000 {
+        ms += 100;
+        for node in nodes.iter_mut() {
+            admitted += admit(node, at(ms), &key, &quota, 1);
+        }
+        round(nodes, at(ms));
+    }
+    (admitted, 100 * 10 + 100 + 50)
 }
 
 /// A datagram from a gateway running the other mode is dropped and counted, not read.
@@ -305,35 +321,19 @@ fn a_transfer_meant_for_the_incarnation_before_a_restart_is_void() {
 /// node 2 kept.
 #[test]
 fn a_hot_gateways_restart_gives_its_peers_back_what_they_gave_it() {
-    let quota: Quota = "100/min".parse().unwrap();
-    let key = Key::from("k");
-    let members = [1, 2];
-    let mut nodes = vec![
-        Node::new(1, &members, escrow(1)),
-        Node::new(2, &members, escrow(1)),
-    ];
-    let mut ms = 0;
-    admit(&mut nodes[1], at(ms), &key, &quota, 0);
-    for _ in 0..100 {
-        ms += 100;
-        admit(&mut nodes[0], at(ms), &key, &quota, 20);
-        round(&mut nodes, at(ms));
-    }
+    let (quota, key) = restart_quota();
+    let (mut nodes, mut ms) = one_drew_from_the_other(0, || escrow(1));
     assert!(nodes[0].share(&key, &quota).unwrap() > 800_000);
-    nodes[0] = Node::new(1, &members, escrow(2));
+    nodes[0] = Node::new(1, &[1, 2], escrow(2));
     for _ in 0..10 {
         ms += 100;
         admit(&mut nodes[0], at(ms), &key, &quota, 0);
         round(&mut nodes, at(ms));
     }
-    let shares: u64 = nodes.iter().map(|n| n.share(&key, &quota).unwrap()).sum();
+    let held = total(&nodes, &key, &quota);
     assert!(
-        shares >= 999_000,
-        "the fleet holds {shares} of 1,000,000 after a restart"
-    );
-    assert!(
-        shares <= 1_000_000,
-        "the fleet holds {shares} of 1,000,000 after a restart"
+        (999_000..=1_000_000).contains(&held),
+        "the fleet holds {held} of 1,000,000 after a restart"
     );
 }
 
@@ -403,45 +403,16 @@ fn impossible_requests_draw_no_shares() {
 /// two hold the whole quota between them and admit at its rate.
 #[test]
 fn a_gateway_restarted_with_its_clock_behind_is_heard_again() {
-    let sealed = |incarnation| {
-        let mut config = Config::new(Mode::Escrow)
-            .secret(b"a secret the test's gateways share")
-            .unwrap();
-        config.incarnation = incarnation;
-        config.first_sequence = incarnation;
-        config
-    };
-    let quota: Quota = "100/min".parse().unwrap();
-    let key = Key::from("k");
-    let members = [1, 2];
-    let mut nodes = vec![
-        Node::new(1, &members, sealed(1_000_000)),
-        Node::new(2, &members, sealed(1_000_000)),
-    ];
-    let mut ms = 0;
-    admit(&mut nodes[0], at(ms), &key, &quota, 0);
-    for _ in 0..100 {
-        ms += 100;
-        admit(&mut nodes[1], at(ms), &key, &quota, 20);
-        round(&mut nodes, at(ms));
-    }
-    nodes[0] = Node::new(1, &members, sealed(500_000));
-    let (start, mut admitted) = (ms, 0);
-    for _ in 0..6_000 {
-        ms += 100;
-        for node in &mut nodes {
-            admitted += admit(node, at(ms), &key, &quota, 1);
-        }
-        round(&mut nodes, at(ms));
-    }
-    let shares: u64 = nodes.iter().map(|n| n.share(&key, &quota).unwrap()).sum();
-    assert!(shares <= 1_000_000, "shares {shares} of 1,000,000");
+    let (quota, key) = restart_quota();
+    let (mut nodes, ms) = one_drew_from_the_other(1, || sealed(1_000_000));
+    nodes[0] = Node::new(1, &[1, 2], sealed(500_000));
+    let (admitted, bound) = ten_minutes_asking(&mut nodes, ms);
+    let held = total(&nodes, &key, &quota);
+    assert!(held <= 1_000_000, "{held} of 1,000,000 held");
     assert!(nodes[1].dropped().replayed < 10, "{:?}", nodes[1].dropped());
-    let minutes = (ms - start) as f64 / 60_000.0;
-    let bound = (100.0 * minutes + 100.0 + 50.0) as u32;
     assert!(
         admitted <= bound,
-        "{admitted} admitted in {minutes} min, bound {bound}"
+        "{admitted} admitted in ten minutes, bound {bound}"
     );
 }
 
@@ -516,21 +487,9 @@ fn a_gateway_moving_above_a_run_it_forgot_settles_with_every_peer() {
 #[test]
 fn a_restart_at_the_same_incarnation_is_settled() {
     for incarnation in [0, 1_000_000] {
-        let quota: Quota = "100/min".parse().unwrap();
-        let key = Key::from("k");
-        let members = [1, 2];
-        let mut nodes = vec![
-            Node::new(1, &members, sealed(incarnation)),
-            Node::new(2, &members, sealed(incarnation)),
-        ];
-        let mut ms = 0;
-        admit(&mut nodes[1], at(ms), &key, &quota, 0);
-        for _ in 0..100 {
-            ms += 100;
-            admit(&mut nodes[0], at(ms), &key, &quota, 20);
-            round(&mut nodes, at(ms));
-        }
-        nodes[0] = Node::new(1, &members, sealed(incarnation));
+        let (quota, key) = restart_quota();
+        let (mut nodes, mut ms) = one_drew_from_the_other(0, || sealed(incarnation));
+        nodes[0] = Node::new(1, &[1, 2], sealed(incarnation));
         for _ in 0..100 {
             ms += 100;
             admit(&mut nodes[0], at(ms), &key, &quota, 0);
