@@ -545,6 +545,54 @@ pub fn convergence(
         .collect()
 }
 
+/// Demand held on the first `on` of `n` gateways for two minutes: requests at random times,
+/// `load` times the quota's rate, each to one of those gateways at random (the rest idle),
+/// gossip every `interval` µs, `loss` lost.
+#[must_use]
+pub fn held(n: usize, on: usize, load: f64, interval: u64, loss: f64, seed: u64) -> Scenario {
+    moved(n, 0..on, 0..on, load, interval, loss, seed)
+}
+
+/// Demand that moves: for a minute on gateways `from`, then for a minute on `to`
+/// (indices), as [`held`] (the rest idle).
+#[must_use]
+pub fn moved(
+    n: usize,
+    from: std::ops::Range<usize>,
+    to: std::ops::Range<usize>,
+    load: f64,
+    interval: u64,
+    loss: f64,
+    seed: u64,
+) -> Scenario {
+    let quota = quota();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let minute = 60_000_000;
+    let per_second = f64::from(quota.count()) * 1e6 / quota.period_micros() as f64 * load;
+    let mut requests = Vec::new();
+    for (start, gateways) in [(0, from), (minute, to)] {
+        let (first, count) = (gateways.start.min(n - 1), gateways.len().clamp(1, n));
+        let count = count.min(n - first);
+        requests.extend(
+            trickle(&mut rng, count, per_second, minute)
+                .into_iter()
+                .map(|(at, i)| (start + at, first + i)),
+        );
+    }
+    Scenario {
+        mode: Mode::Escrow,
+        quota,
+        interval,
+        fanout: 3,
+        network: Network::flat(n, 1_000, loss),
+        requests,
+        duration: 2 * minute,
+        offsets: (0..n).map(|_| rng.u64(0..1_000_000)).collect(),
+        seed,
+        heal: None,
+    }
+}
+
 /// 3 regions of 4 gateways, 80 ms apart (1 ms within one), one region cut off from the
 /// others from 10 s to 40 s of a 60 s run, requests sprayed over every gateway at `load`
 /// times the quota's rate.

@@ -1,12 +1,14 @@
 //! Runs the mesh's grids and prints their tables (BENCHMARKS.md).
 //!
 //! `cargo run --release -p ratewarden-sim [TRACES] [TABLE]`: 1,000 runs a cell by default,
-//! every table unless one of `claims`, `bytes`, `grids`, `convergence` or `regions` is named.
+//! every table unless one of `claims`, `bytes`, `grids`, `held`, `convergence` or `regions` is
+//! named.
 
 use ratewarden_core::{Key, Quota, Timestamp};
 use ratewarden_mesh::{Config, Mode, Node};
 use ratewarden_sim::{
-    Cell, Network, Scenario, cell, convergence, eventual_bound, quota, regions, run, trickle,
+    Cell, Network, Scenario, cell, convergence, eventual_bound, held, moved, quota, regions, run,
+    trickle,
 };
 
 fn main() {
@@ -22,6 +24,9 @@ fn main() {
     }
     if wanted("grids") {
         grids(traces);
+    }
+    if wanted("held") {
+        held_demand(traces.min(20));
     }
     if wanted("convergence") {
         converging(traces);
@@ -63,6 +68,59 @@ fn grids(traces: usize) {
                     );
                 }
             }
+        }
+    }
+}
+
+fn held_demand(traces: usize) {
+    println!(
+        "\nEscrow: demand held on some gateways for 2 min (at 1.2, 2 and 5x the rate), or moving after 1 min (2x), admitted / exact limiter, 5% loss, {traces} runs a cell (worst, mean)\n"
+    );
+    println!(
+        "| N | interval | held on 1 | held on 3 | held on N/2 | 1 to another | 1 to N/2 others | N/2 to 1 other |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for n in [3_usize, 10, 32] {
+        let half = n / 2;
+        for interval in [50_000, 100_000, 500_000] {
+            let measure = |scenario: &dyn Fn(u64, f64) -> Scenario, loads: &[f64]| {
+                let mut used = Vec::new();
+                for &load in loads {
+                    for seed in 0..traces as u64 {
+                        let r = run(&scenario(seed, load));
+                        assert!(r.excess == 0.0, "escrow over the quota: {r:?}");
+                        used.push(r.admitted as f64 / r.ideal.max(1) as f64);
+                    }
+                }
+                let worst = used.iter().copied().fold(f64::INFINITY, f64::min);
+                let mean = used.iter().sum::<f64>() / used.len().max(1) as f64;
+                format!("{worst:.3}, {mean:.3}")
+            };
+            let loads = [1.2, 2.0, 5.0];
+            let cells = [
+                measure(&|seed, load| held(n, 1, load, interval, 0.05, seed), &loads),
+                measure(
+                    &|seed, load| held(n, 3.min(n), load, interval, 0.05, seed),
+                    &loads,
+                ),
+                measure(
+                    &|seed, load| held(n, half, load, interval, 0.05, seed),
+                    &loads,
+                ),
+                measure(
+                    &|seed, load| moved(n, 0..1, 1..2, load, interval, 0.05, seed),
+                    &[2.0],
+                ),
+                measure(
+                    &|seed, load| moved(n, 0..1, 1..half + 1, load, interval, 0.05, seed),
+                    &[2.0],
+                ),
+                measure(
+                    &|seed, load| moved(n, 0..half, n - 1..n, load, interval, 0.05, seed),
+                    &[2.0],
+                ),
+            ];
+            println!("| {n} | {} ms | {} |", interval / 1_000, cells.join(" | "));
         }
     }
 }

@@ -2,7 +2,7 @@
 //! them whole): every stated bound of the mesh's modes, checked on the real protocol core.
 
 use ratewarden_mesh::Mode;
-use ratewarden_sim::{Cell, cell, convergence, eventual_bound, quota, regions, run};
+use ratewarden_sim::{Cell, cell, convergence, eventual_bound, held, moved, quota, regions, run};
 
 const TRACES: usize = 20;
 
@@ -24,7 +24,8 @@ fn cells(mode: Mode) -> impl Iterator<Item = Cell> {
 }
 
 /// Escrow never admits above the quota, in any interval of any run, and never holds more
-/// than the whole quota in shares; it admits at least half of what one exact limiter would.
+/// than the whole quota in shares; it admits at least 0.65 of what one exact limiter would
+/// (0.73-0.81 over 1,000 runs a cell).
 #[test]
 fn escrow_never_admits_above_the_quota() {
     for c in cells(Mode::Escrow) {
@@ -34,9 +35,43 @@ fn escrow_never_admits_above_the_quota() {
         assert_eq!(s.shares_over_whole, 0, "{c:?}: {s:?}");
         let used = s.admitted as f64 / s.ideal as f64;
         assert!(
-            used >= 0.5,
+            used >= 0.65,
             "{c:?}: admitted {used:.3} of the exact limiter's"
         );
+    }
+}
+
+/// Escrow admits at least 0.8 of what one exact limiter admits from demand held on one
+/// gateway, a few or half of them, or moving from some to others: shares follow demand.
+#[test]
+fn escrow_serves_demand_held_on_some_gateways_or_moving() {
+    for n in [3_usize, 10, 32] {
+        let half = n / 2;
+        for interval in [50_000, 500_000] {
+            let mut runs = Vec::new();
+            for on in [1, 3.min(n), half] {
+                for load in [1.2, 5.0] {
+                    let seed = n as u64 + on as u64;
+                    runs.push((
+                        format!("held on {on} at {load}x"),
+                        held(n, on, load, interval, 0.05, seed),
+                    ));
+                }
+            }
+            for (from, to) in [(0..1, 1..2), (0..1, 1..half + 1), (0..half, n - 1..n)] {
+                let name = format!("moved from {from:?} to {to:?}");
+                runs.push((name, moved(n, from, to, 2.0, interval, 0.05, n as u64)));
+            }
+            for (name, scenario) in runs {
+                let report = run(&scenario);
+                assert_eq!(report.excess, 0.0, "{report:?}");
+                let used = report.admitted as f64 / report.ideal as f64;
+                assert!(
+                    used >= 0.8,
+                    "{n} gateways, {interval} µs, {name}: admitted {used:.3} of the exact limiter's"
+                );
+            }
+        }
     }
 }
 

@@ -88,18 +88,24 @@ impl OwingBucket {
 pub(crate) struct ShareBucket {
     /// Parts of [`WHOLE`].
     share: u64,
-    /// Micro-units, at most `burst × share`.
+    /// Micro-units, at most the bucket's [`cap`].
     tokens: u64,
     refill: Refill,
+    /// Whether a share a hair short of whole units holds them (see [`cap`]).
+    whole_units: bool,
 }
 
 impl ShareBucket {
-    /// A full bucket of `share`.
-    pub(crate) fn full(quota: &Quota, share: u64, now: u64) -> Self {
+    /// A full bucket of `share`, for a mesh of `members`.
+    pub(crate) fn full(quota: &Quota, share: u64, now: u64, members: usize) -> Self {
+        // Shares a hair short of whole units may hold them when the hairs of every member
+        // together are less than one unit (see `cap`).
+        let whole_units = (members as u128) * u128::from(quota.burst()) < u128::from(WHOLE);
         Self {
             share,
-            tokens: cap(quota, share),
+            tokens: cap(quota, share, whole_units),
             refill: Refill { at: now, rest: 0 },
+            whole_units,
         }
     }
 
@@ -111,10 +117,10 @@ impl ShareBucket {
         let per_period = u128::from(quota.count()) * u128::from(self.share);
         let earned = self.refill.earned(now, per_period, quota.period_micros());
         let earned = u64::try_from(earned).unwrap_or(u64::MAX);
-        self.tokens = self
-            .tokens
-            .saturating_add(earned)
-            .min(cap(quota, self.share));
+        self.tokens =
+            self.tokens
+                .saturating_add(earned)
+                .min(cap(quota, self.share, self.whole_units));
     }
 
     pub(crate) fn check(&mut self, quota: &Quota, now: u64, cost: u32) -> Decision {
@@ -152,7 +158,7 @@ impl ShareBucket {
         self.refill(quota, now);
         let dropped = part.min(self.share);
         self.share -= dropped;
-        self.tokens = self.tokens.min(cap(quota, self.share));
+        self.tokens = self.tokens.min(cap(quota, self.share, self.whole_units));
         part - dropped
     }
 
@@ -160,15 +166,29 @@ impl ShareBucket {
     pub(crate) fn add(&mut self, quota: &Quota, now: u64, part: u64, tokens: u64) {
         self.refill(quota, now);
         self.share = self.share.saturating_add(part).min(WHOLE);
-        self.tokens = self
-            .tokens
-            .saturating_add(tokens)
-            .min(cap(quota, self.share));
+        self.tokens =
+            self.tokens
+                .saturating_add(tokens)
+                .min(cap(quota, self.share, self.whole_units));
     }
 }
 
-fn cap(quota: &Quota, share: u64) -> u64 {
-    u64::from(quota.burst()).saturating_mul(share)
+/// The micro-units a share of `burst` holds at most: `burst × share`; with `whole_units`,
+/// the most whole units `u` whose parts, `⌊u × WHOLE / burst⌋`, the share reaches, when that
+/// is more. A part of `u` units rounded down to parts of a million (a twelfth of a burst of
+/// 12: 83,333) then holds `u` units. Each share holds less than `burst` micro-units (one
+/// part's worth) more than `burst × share`, so members whose number times the burst is below
+/// a million hold no whole unit more, together, than the burst.
+fn cap(quota: &Quota, share: u64, whole_units: bool) -> u64 {
+    let exact = u64::from(quota.burst()).saturating_mul(share);
+    if !whole_units {
+        return exact;
+    }
+    // u ≤ (share + 1) × burst / WHOLE, strictly below: ⌈(share + 1) × burst / WHOLE⌉ − 1.
+    let burst = u128::from(quota.burst());
+    let units = ((u128::from(share) + 1) * burst).div_ceil(u128::from(WHOLE)) - 1;
+    let whole = u64::try_from(units.min(burst) * u128::from(MICRO)).unwrap_or(u64::MAX);
+    exact.max(whole)
 }
 
 /// How long `missing` micro-units take to refill at `per_period` parts of [`WHOLE`] of the

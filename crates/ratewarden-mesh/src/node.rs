@@ -5,7 +5,7 @@
 use hashbrown::HashMap;
 use ratewarden_core::{Algorithm, Decision, Decisions, Key, Limit, Quota, Timestamp, merged};
 
-use crate::bucket::{OwingBucket, ShareBucket, WHOLE};
+use crate::bucket::{MICRO, OwingBucket, ShareBucket, WHOLE};
 use crate::seal::{MIN_SECRET, Sealer, Window};
 use crate::wire::{Ack, Datagram, Entry, NodeId, Slot, Transfer, WireError};
 
@@ -212,6 +212,8 @@ pub struct Node {
     order: Vec<Slot>,
     repair_at: usize,
     round: u64,
+    /// When the last round was ticked (µs).
+    last_round: Option<u64>,
     rng: fastrand::Rng,
     dropped: Dropped,
     sent: Sent,
@@ -257,8 +259,8 @@ struct State {
     /// Escrow: units asked for since the last round, admitted or not, and refused.
     requested: u64,
     refused: u64,
-    /// Escrow: units asked for a round, in thousandths, averaged over many rounds; and
-    /// units refused a round, averaged over a few.
+    /// Escrow: units asked for a second, in micro-units, averaged over the quota's
+    /// [`horizon`]; and units refused a round, in thousandths, averaged over a few rounds.
     demand: u64,
     pressure: u64,
     /// Escrow: running totals given to each member, and received from each.
@@ -314,6 +316,7 @@ impl Node {
             order: Vec::new(),
             repair_at: 0,
             round: 0,
+            last_round: None,
             dropped: Dropped::default(),
             sent: Sent::default(),
         }
@@ -554,7 +557,7 @@ impl Node {
             Mode::Eventual => Bucket::Owing(OwingBucket::full(quota, now)),
             Mode::Escrow => {
                 let share = first_share(self.me, self.members.len());
-                Bucket::Share(ShareBucket::full(quota, share, now))
+                Bucket::Share(ShareBucket::full(quota, share, now, self.members.len()))
             }
         }
     }
@@ -919,9 +922,12 @@ impl Node {
             let n = self.members.len();
             let bucket = match self.config.mode {
                 Mode::Eventual => Bucket::Owing(OwingBucket::full(&slot.quota, now)),
-                Mode::Escrow => {
-                    Bucket::Share(ShareBucket::full(&slot.quota, first_share(self.me, n), now))
-                }
+                Mode::Escrow => Bucket::Share(ShareBucket::full(
+                    &slot.quota,
+                    first_share(self.me, n),
+                    now,
+                    n,
+                )),
             };
             let state = State {
                 views: vec![View::default(); n],
@@ -941,14 +947,21 @@ impl Node {
         self.slots.get_mut(&slot)
     }
 
-    /// Escrow: each slot's demand is updated, and a gateway holding more than its part of
-    /// the demand gives half the difference to those holding less.
+    /// Escrow: each slot's demand is updated and, while some gateway refuses, one that
+    /// holds more than its max-min fair part of the quota's rate (reckoned on every member's
+    /// demand, in whole units of the burst) gives half the difference, at least a unit's
+    /// worth, to those holding less than theirs.
     ///
-    /// A member not heard from for [`Node::quiet_rounds`] is taken as gone: its demand and
-    /// pressure count for nothing and it is given nothing (what it holds stays with it).
+    /// A member not heard from for [`Node::quiet_rounds`] is taken as gone: its demand
+    /// counts for nothing and it is given nothing (what it holds stays with it).
     fn rebalance(&mut self, now: u64) {
         let (me, round, relay) = (self.me, self.round, self.relay_rounds);
         let incarnation = self.config.incarnation;
+        // This round's length, µs (the first: a second): how much its demand weighs.
+        let length = self
+            .last_round
+            .replace(now)
+            .map_or(MICRO, |last| now.saturating_sub(last).max(1));
         let n = self.members.len();
         let quiet = self.quiet_rounds();
         let gone: Vec<bool> = (0..n)
@@ -958,19 +971,30 @@ impl Node {
             let Bucket::Share(bucket) = &mut state.bucket else {
                 continue;
             };
-            // What this gateway asks for: its demand over the long run (shares stay even
-            // under demand spread evenly, however sparse), and what it had to refuse over
-            // the last few rounds (a burst on one gateway draws shares within a few rounds).
+            // What this gateway asks for: its demand over the long run (an estimate steady
+            // enough that demand spread over some gateways, however sparse, keeps shares
+            // spread over them too; a burst raises it at once), and whether it had to refuse
+            // over the last few rounds (shares move only then).
             let own = state.views[me];
-            state.demand = ewma(state.demand, std::mem::take(&mut state.requested), SLOW);
+            // The quota's rate, in micro-units a second: no one asks for more (a storm of
+            // refused requests asks for the whole rate, no more).
+            let capacity = u64::try_from(
+                u128::from(slot.quota.count()) * 1_000_000_000_000
+                    / u128::from(slot.quota.period_micros()).max(1),
+            )
+            .unwrap_or(u64::MAX)
+            .max(1);
+            let requested = std::mem::take(&mut state.requested);
+            state.demand =
+                average_rate(state.demand, requested, length, horizon(&slot.quota)).min(capacity);
             state.pressure = ewma(state.pressure, std::mem::take(&mut state.refused), FAST);
-            // A gateway in debt asks for shares as if it refused a unit a round.
-            let pressure = if state.debt > 0 {
-                state.pressure.max(1_000)
+            // A gateway in debt asks for the whole rate, as if it refused a unit a round,
+            // until what it owes is repaid.
+            let (demand, pressure) = if state.debt > 0 {
+                (capacity, state.pressure.max(1_000))
             } else {
-                state.pressure
+                (state.demand, state.pressure)
             };
-            let demand = state.demand;
             if demand != own.a || bucket.share() != own.b || pressure != own.c || own.version == 0 {
                 state.views[me] = View {
                     // Above every version an incarnation before could have sent.
@@ -988,35 +1012,33 @@ impl Node {
                     view.b
                 }
             };
-            // Shares move only while some gateway refuses, and only from those that do not,
-            // toward a weight of demand, pressure and an even prior.
+            // Shares move only while some gateway refuses, toward each one's max-min fair
+            // part of the quota's rate (in whole units of its burst).
             let views = &state.views;
-            if views[me].c > 0 || (0..n).all(|i| gone[i] || views[i].c == 0) {
+            if (0..n).all(|i| gone[i] || views[i].c == 0) {
                 continue;
             }
-            let live = gone.iter().filter(|&&g| !g).count() as u128;
-            let demand: u128 = (0..n)
-                .filter(|&i| !gone[i])
-                .map(|i| u128::from(views[i].a))
-                .sum();
-            let prior = (demand / live).max(1);
-            let weight = |i: usize| {
-                if gone[i] {
-                    0
-                } else {
+            let wants: Vec<u128> = (0..n)
+                .map(|i| {
                     let v = &views[i];
-                    u128::from(v.a) + u128::from(PRESSURE) * u128::from(v.c) + prior
-                }
-            };
-            let total: u128 = (0..n).map(weight).sum();
-            let target = |i: usize| {
-                let part = weight(i) * u128::from(WHOLE) / total;
-                u64::try_from(part).unwrap_or(WHOLE)
-            };
-            let excess = bucket.share().saturating_sub(target(me)) / 2;
-            if excess < WHOLE / 1_000 {
+                    if gone[i] {
+                        0
+                    } else {
+                        u128::from(v.a.min(capacity))
+                    }
+                })
+                .collect();
+            let parts = fair_parts(&wants, &gone, u128::from(capacity));
+            let targets = in_units(&parts, slot.quota.burst());
+            let target = |i: usize| targets[i];
+            // Half of what it holds above its part a round, so that shares settle rather than
+            // swing; and at least a unit's share, so that a part of whole units is reached.
+            let unit = (WHOLE / u64::from(slot.quota.burst()).max(1)).max(1);
+            let above = bucket.share().saturating_sub(target(me));
+            if above < WHOLE / 1_000 {
                 continue;
             }
+            let excess = (above / 2).max(above.min(unit));
             let needs: Vec<(usize, u64)> = (0..n)
                 .filter(|&i| i != me)
                 .map(|i| (i, target(i).saturating_sub(share_of(i, &views[i]))))
@@ -1043,12 +1065,71 @@ impl Node {
 /// plus the round) outrank any that run sent.
 const ROUNDS_A_RUN: u64 = 1 << 32;
 
-/// Rounds the demand is averaged over.
-const SLOW: u64 = 64;
-/// Rounds the pressure (units refused) is averaged over.
+/// Each live member's part of `capacity` (micro-units a second), max-min fair
+/// over what each `wants`: no one is given more than it wants while another wants more,
+/// and what no one wants is split evenly.
+fn fair_parts(wants: &[u128], gone: &[bool], capacity: u128) -> Vec<u128> {
+    let mut live: Vec<usize> = (0..wants.len()).filter(|&i| !gone[i]).collect();
+    live.sort_unstable_by_key(|&i| wants[i]);
+    let mut parts = vec![0; wants.len()];
+    let mut left = capacity;
+    for (k, &i) in live.iter().enumerate() {
+        let level = left / (live.len() - k) as u128;
+        parts[i] = wants[i].min(level);
+        left -= parts[i];
+    }
+    let spare = left / live.len().max(1) as u128;
+    for &i in &live {
+        parts[i] += spare;
+    }
+    parts
+}
+
+/// Parts of [`WHOLE`] in proportion to `parts`, in whole units of a quota's `burst` (a share
+/// too small to hold one unit admits nothing): each member's part rounded down, the units
+/// left to those whose parts lost the most by it.
+fn in_units(parts: &[u128], burst: u32) -> Vec<u64> {
+    let total = parts.iter().sum::<u128>().max(1);
+    let burst = u128::from(burst.max(1));
+    let mut units: Vec<u128> = parts.iter().map(|&p| p * burst / total).collect();
+    let left = burst.saturating_sub(units.iter().sum());
+    let mut order: Vec<usize> = (0..parts.len()).filter(|&i| parts[i] > 0).collect();
+    order.sort_unstable_by_key(|&i| std::cmp::Reverse((parts[i] * burst % total, parts[i])));
+    for &i in order
+        .iter()
+        .take(usize::try_from(left).unwrap_or(usize::MAX))
+    {
+        units[i] += 1;
+    }
+    units
+        .iter()
+        .map(|&u| u64::try_from(u * u128::from(WHOLE) / burst).unwrap_or(WHOLE))
+        .collect()
+}
+
+/// The time a gateway's demand is averaged over for `quota`, µs: the time its bucket takes
+/// to fill (`B / rate`), within 1 s and 20 s.
+fn horizon(quota: &Quota) -> u64 {
+    let fill = u128::from(quota.burst()) * u128::from(quota.period_micros())
+        / u128::from(quota.count()).max(1);
+    u64::try_from(fill)
+        .unwrap_or(u64::MAX)
+        .clamp(MICRO, 20 * MICRO)
+}
+
+/// A demand of `average` micro-units a second, moved toward `units` asked for in the last
+/// `length` µs by `length / horizon` (all the way for a round as long as the horizon).
+fn average_rate(average: u64, units: u64, length: u64, horizon: u64) -> u64 {
+    let length = u128::from(length.min(horizon));
+    let horizon = u128::from(horizon.max(1));
+    let kept = u128::from(average) * (horizon - length) / horizon;
+    // units / horizon s, in micro-units a second.
+    let added = u128::from(units) * 1_000_000_000_000 / horizon;
+    u64::try_from(kept + added).unwrap_or(u64::MAX)
+}
+
+/// Rounds the units refused are averaged over (while not zero, shares move).
 const FAST: u64 = 4;
-/// How much more a unit refused weighs than a unit asked for.
-const PRESSURE: u64 = 1;
 
 /// `average` moved toward `units` (in thousandths) by one part in `rounds`.
 fn ewma(average: u64, units: u64, rounds: u64) -> u64 {
