@@ -178,6 +178,17 @@ fn one_drew_from_the_other(busy: usize, config: impl Fn() -> Config) -> (Vec<Nod
     (nodes, ms)
 }
 
+/// The shares `nodes` hold after `rounds` rounds of 100 ms from `ms`, node 1 (restarted)
+/// having made its slot and asking for nothing more.
+fn held_after(nodes: &mut [Node], mut ms: u64, rounds: u32, key: &Key, quota: &Quota) -> u64 {
+    for _ in 0..rounds {
+        ms += 100;
+        admit(&mut nodes[0], at(ms), key, quota, 0);
+        round(nodes, at(ms));
+    }
+    total(nodes, key, quota)
+}
+
 /// Rounds of 100 ms from `ms` in which each gateway asks once, for ten minutes: what they
 /// admitted, and the bound for it (the rate over the ten minutes, a burst, and one
 /// restarted gateway's fresh bucket: its first share of the burst).
@@ -322,15 +333,10 @@ fn a_transfer_meant_for_the_incarnation_before_a_restart_is_void() {
 #[test]
 fn a_hot_gateways_restart_gives_its_peers_back_what_they_gave_it() {
     let (quota, key) = restart_quota();
-    let (mut nodes, mut ms) = one_drew_from_the_other(0, || escrow(1));
+    let (mut nodes, ms) = one_drew_from_the_other(0, || escrow(1));
     assert!(nodes[0].share(&key, &quota).unwrap() > 800_000);
     nodes[0] = Node::new(1, &[1, 2], escrow(2));
-    for _ in 0..10 {
-        ms += 100;
-        admit(&mut nodes[0], at(ms), &key, &quota, 0);
-        round(&mut nodes, at(ms));
-    }
-    let held = total(&nodes, &key, &quota);
+    let held = held_after(&mut nodes, ms, 10, &key, &quota);
     assert!(
         (999_000..=1_000_000).contains(&held),
         "the fleet holds {held} of 1,000,000 after a restart"
@@ -488,14 +494,9 @@ fn a_gateway_moving_above_a_run_it_forgot_settles_with_every_peer() {
 fn a_restart_at_the_same_incarnation_is_settled() {
     for incarnation in [0, 1_000_000] {
         let (quota, key) = restart_quota();
-        let (mut nodes, mut ms) = one_drew_from_the_other(0, || sealed(incarnation));
+        let (mut nodes, ms) = one_drew_from_the_other(0, || sealed(incarnation));
         nodes[0] = Node::new(1, &[1, 2], sealed(incarnation));
-        for _ in 0..100 {
-            ms += 100;
-            admit(&mut nodes[0], at(ms), &key, &quota, 0);
-            round(&mut nodes, at(ms));
-        }
-        let held = total(&nodes, &key, &quota);
+        let held = held_after(&mut nodes, ms, 100, &key, &quota);
         assert!(
             (999_000..=1_000_000).contains(&held),
             "incarnation {incarnation}: {held} of 1,000,000 held"
