@@ -88,8 +88,10 @@ impl OwingBucket {
 pub(crate) struct ShareBucket {
     /// Parts of [`WHOLE`].
     share: u64,
-    /// Micro-units, at most the bucket's [`cap`].
+    /// Micro-units, at most `most`.
     tokens: u64,
+    /// The share's [`cap`], computed when the share changes (not on every check).
+    most: u64,
     refill: Refill,
     /// Whether a share a hair short of whole units holds them (see [`cap`]).
     whole_units: bool,
@@ -101,12 +103,20 @@ impl ShareBucket {
         // Shares a hair short of whole units may hold them when the hairs of every member
         // together are less than one unit (see `cap`).
         let whole_units = (members as u128) * u128::from(quota.burst()) < u128::from(WHOLE);
+        let most = cap(quota, share, whole_units);
         Self {
             share,
-            tokens: cap(quota, share, whole_units),
+            tokens: most,
+            most,
             refill: Refill { at: now, rest: 0 },
             whole_units,
         }
+    }
+
+    /// Sets the share, and the most its bucket holds.
+    fn set_share(&mut self, quota: &Quota, share: u64) {
+        self.share = share;
+        self.most = cap(quota, share, self.whole_units);
     }
 
     pub(crate) const fn share(&self) -> u64 {
@@ -117,10 +127,7 @@ impl ShareBucket {
         let per_period = u128::from(quota.count()) * u128::from(self.share);
         let earned = self.refill.earned(now, per_period, quota.period_micros());
         let earned = u64::try_from(earned).unwrap_or(u64::MAX);
-        self.tokens =
-            self.tokens
-                .saturating_add(earned)
-                .min(cap(quota, self.share, self.whole_units));
+        self.tokens = self.tokens.saturating_add(earned).min(self.most);
     }
 
     pub(crate) fn check(&mut self, quota: &Quota, now: u64, cost: u32) -> Decision {
@@ -147,8 +154,8 @@ impl ShareBucket {
         }
         let moved = u128::from(self.tokens) * u128::from(part) / u128::from(self.share);
         let moved = u64::try_from(moved).unwrap_or(self.tokens).min(self.tokens);
-        self.share -= part;
-        self.tokens -= moved;
+        self.set_share(quota, self.share - part);
+        self.tokens = (self.tokens - moved).min(self.most);
         (part, moved)
     }
 
@@ -157,19 +164,16 @@ impl ShareBucket {
     pub(crate) fn give_up(&mut self, quota: &Quota, now: u64, part: u64) -> u64 {
         self.refill(quota, now);
         let dropped = part.min(self.share);
-        self.share -= dropped;
-        self.tokens = self.tokens.min(cap(quota, self.share, self.whole_units));
+        self.set_share(quota, self.share - dropped);
+        self.tokens = self.tokens.min(self.most);
         part - dropped
     }
 
     /// Adds a share and its tokens given by a peer.
     pub(crate) fn add(&mut self, quota: &Quota, now: u64, part: u64, tokens: u64) {
         self.refill(quota, now);
-        self.share = self.share.saturating_add(part).min(WHOLE);
-        self.tokens =
-            self.tokens
-                .saturating_add(tokens)
-                .min(cap(quota, self.share, self.whole_units));
+        self.set_share(quota, self.share.saturating_add(part).min(WHOLE));
+        self.tokens = self.tokens.saturating_add(tokens).min(self.most);
     }
 }
 

@@ -1029,19 +1029,18 @@ impl Node {
                 })
                 .collect();
             let parts = fair_parts(&wants, &gone, u128::from(capacity));
-            let targets = in_units(&parts, slot.quota.burst());
-            let target = |i: usize| targets[i];
+            let target = in_units(&parts, slot.quota.burst());
             // Half of what it holds above its part a round, so that shares settle rather than
             // swing; and at least a unit's share, so that a part of whole units is reached.
             let unit = (WHOLE / u64::from(slot.quota.burst()).max(1)).max(1);
-            let above = bucket.share().saturating_sub(target(me));
+            let above = bucket.share().saturating_sub(target[me]);
             if above < WHOLE / 1_000 {
                 continue;
             }
             let excess = (above / 2).max(above.min(unit));
             let needs: Vec<(usize, u64)> = (0..n)
                 .filter(|&i| i != me)
-                .map(|i| (i, target(i).saturating_sub(share_of(i, &views[i]))))
+                .map(|i| (i, target[i].saturating_sub(share_of(i, &views[i]))))
                 .filter(|&(_, need)| need > 0)
                 .collect();
             let total_need: u128 = needs.iter().map(|&(_, need)| u128::from(need)).sum();
