@@ -1,6 +1,11 @@
 //! The two buckets a gateway keeps per key: one that may owe (eventual), and one that holds
 //! only its share (escrow). Both count in micro-units (a unit is [`MICRO`]) and refill from
 //! the gateway's own clock, so only the rate of a clock matters, never its offset.
+//!
+//! Both also keep the units reservations hold on them: a hold takes room, not tokens (the
+//! tokens stay, refilling and capped as before), so a settle charges the actual units and
+//! what was held beyond them is free again at once, never more than a charge of the actual
+//! units at the time of the hold would have left.
 
 use std::time::Duration;
 
@@ -37,6 +42,8 @@ impl Refill {
 pub(crate) struct OwingBucket {
     /// Micro-units; below zero while peers' units are owed.
     tokens: i128,
+    /// Micro-units held by reservations.
+    held: u64,
     refill: Refill,
 }
 
@@ -44,6 +51,7 @@ impl OwingBucket {
     pub(crate) fn full(quota: &Quota, now: u64) -> Self {
         Self {
             tokens: i128::from(quota.burst()) * i128::from(MICRO),
+            held: 0,
             refill: Refill { at: now, rest: 0 },
         }
     }
@@ -62,23 +70,55 @@ impl OwingBucket {
         self.tokens -= i128::from(units) * i128::from(MICRO);
     }
 
-    pub(crate) fn check(&mut self, quota: &Quota, now: u64, cost: u32) -> Decision {
+    /// Decides `cost` units beside those held, and charges or holds them if admitted.
+    pub(crate) fn admit(&mut self, quota: &Quota, now: u64, cost: u32, admit: Admit) -> Decision {
         self.refill(quota, now);
         let need = i128::from(cost) * i128::from(MICRO);
+        let free = self.tokens - i128::from(self.held);
         let outcome = if cost > quota.burst() {
             Outcome::Never
-        } else if self.tokens >= need {
-            self.tokens -= need;
+        } else if free >= need {
+            match admit {
+                Admit::Charge => self.tokens -= need,
+                Admit::Hold => self.held += u64::from(cost) * MICRO,
+            }
             Outcome::Allowed
         } else {
             Outcome::Denied(retry(
-                need - self.tokens,
+                need - free,
                 u128::from(quota.count()) * u128::from(WHOLE),
                 quota,
             ))
         };
-        outcome.decision(self.tokens, quota)
+        outcome.decision(self.tokens - i128::from(self.held), quota)
     }
+
+    /// Drops `units` held (a hold settled).
+    pub(crate) fn release(&mut self, units: u64) {
+        self.held = self.held.saturating_sub(units.saturating_mul(MICRO));
+    }
+
+    /// Drops every hold (they lapsed).
+    pub(crate) const fn release_all(&mut self) {
+        self.held = 0;
+    }
+
+    /// Gives back `units` charged (a refund), never beyond a full bucket.
+    pub(crate) fn refund(&mut self, quota: &Quota, now: u64, units: u32) {
+        self.refill(quota, now);
+        let cap = i128::from(quota.burst()) * i128::from(MICRO);
+        let back = i128::from(units) * i128::from(MICRO);
+        self.tokens = self.tokens.saturating_add(back).min(cap).max(self.tokens);
+    }
+}
+
+/// What a bucket does with the units it admits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// Takes them (a check).
+    Charge,
+    /// Holds them (a reservation): they take room until released.
+    Hold,
 }
 
 /// This gateway's share of the quota: `share / WHOLE` of the burst as capacity and of the
@@ -95,6 +135,12 @@ pub(crate) struct ShareBucket {
     refill: Refill,
     /// Whether a share a hair short of whole units holds them (see [`cap`]).
     whole_units: bool,
+    /// Micro-units held by reservations: never given away with a share, so that a hold
+    /// settled at or below its units finds them (at most `tokens`, save after a restart's
+    /// settling takes a share back).
+    held: u64,
+    /// Micro-units settled that the tokens could not take: repaid first as they refill.
+    owed: u64,
 }
 
 impl ShareBucket {
@@ -110,6 +156,8 @@ impl ShareBucket {
             most,
             refill: Refill { at: now, rest: 0 },
             whole_units,
+            held: 0,
+            owed: 0,
         }
     }
 
@@ -128,33 +176,90 @@ impl ShareBucket {
         let earned = self.refill.earned(now, per_period, quota.period_micros());
         let earned = u64::try_from(earned).unwrap_or(u64::MAX);
         self.tokens = self.tokens.saturating_add(earned).min(self.most);
+        // What is owed is repaid from the tokens no hold needs.
+        let repaid = self.owed.min(self.tokens.saturating_sub(self.held));
+        self.tokens -= repaid;
+        self.owed -= repaid;
     }
 
-    pub(crate) fn check(&mut self, quota: &Quota, now: u64, cost: u32) -> Decision {
+    /// Micro-units neither held nor owed.
+    const fn free(&self) -> u64 {
+        if self.owed > 0 {
+            0
+        } else {
+            self.tokens.saturating_sub(self.held)
+        }
+    }
+
+    /// Decides `cost` units beside those held and owed, and charges or holds them if
+    /// admitted.
+    pub(crate) fn admit(&mut self, quota: &Quota, now: u64, cost: u32, admit: Admit) -> Decision {
         self.refill(quota, now);
         let need = u64::from(cost) * MICRO;
+        let free = self.free();
         let outcome = if cost > quota.burst() {
             Outcome::Never
-        } else if self.tokens >= need {
-            self.tokens -= need;
+        } else if free >= need {
+            match admit {
+                Admit::Charge => self.tokens -= need,
+                Admit::Hold => self.held += need,
+            }
             Outcome::Allowed
         } else {
             let per_period = u128::from(quota.count()) * u128::from(self.share);
-            Outcome::Denied(retry(i128::from(need - self.tokens), per_period, quota))
+            let missing = i128::from(need - free) + i128::from(self.owed);
+            Outcome::Denied(retry(missing, per_period, quota))
         };
-        outcome.decision(i128::from(self.tokens), quota)
+        outcome.decision(i128::from(self.free()), quota)
     }
 
-    /// Takes `part` of the share and the same fraction of the tokens, to give away.
+    /// Drops `units` held (a hold settled).
+    pub(crate) fn release(&mut self, units: u64) {
+        self.held = self.held.saturating_sub(units.saturating_mul(MICRO));
+    }
+
+    /// Drops every hold (they lapsed).
+    pub(crate) const fn release_all(&mut self) {
+        self.held = 0;
+    }
+
+    /// Charges `units` settled: from the tokens, and what they cannot take is owed.
+    pub(crate) fn charge(&mut self, quota: &Quota, now: u64, units: u32) {
+        self.refill(quota, now);
+        let need = u64::from(units) * MICRO;
+        let paid = need.min(self.tokens);
+        self.tokens -= paid;
+        self.owed = self.owed.saturating_add(need - paid);
+    }
+
+    /// Gives back `units` charged (a refund): what is owed first, then tokens, never beyond
+    /// a full bucket.
+    pub(crate) fn refund(&mut self, quota: &Quota, now: u64, units: u32) {
+        self.refill(quota, now);
+        let back = u64::from(units) * MICRO;
+        let forgiven = back.min(self.owed);
+        self.owed -= forgiven;
+        self.tokens = self.tokens.saturating_add(back - forgiven).min(self.most);
+    }
+
+    /// Takes `part` of the share and the same fraction of its free tokens, to give away.
+    /// The share that holds what reservations hold stays, with their tokens: a part of the
+    /// share `⌈held / burst⌉` is pinned, and only the rest, with the tokens above those held,
+    /// is given from.
     pub(crate) fn take(&mut self, quota: &Quota, now: u64, part: u64) -> (u64, u64) {
         self.refill(quota, now);
-        let part = part.min(self.share);
+        let pinned = self.held.div_ceil(u64::from(quota.burst()).max(1));
+        let givable = self.share.saturating_sub(pinned);
+        let part = part.min(givable);
         if part == 0 {
             return (0, 0);
         }
-        let moved = u128::from(self.tokens) * u128::from(part) / u128::from(self.share);
-        let moved = u64::try_from(moved).unwrap_or(self.tokens).min(self.tokens);
+        let free = self.tokens.saturating_sub(self.held);
+        let moved = u128::from(free) * u128::from(part) / u128::from(givable);
+        let moved = u64::try_from(moved).unwrap_or(free).min(free);
         self.set_share(quota, self.share - part);
+        // What is left holds at least the held tokens: the share kept is at least
+        // `pinned`, whose capacity is at least `held`.
         self.tokens = (self.tokens - moved).min(self.most);
         (part, moved)
     }

@@ -56,6 +56,32 @@
 //!
 //! GCRA and the token bucket map onto these buckets directly; the window algorithms do not yet.
 //!
+//! # Reservations
+//!
+//! [`Node::reserve`] (and `MeshStore`'s `Store::reserve`) holds each counted limit's
+//! estimate on the key's reserved state, apart from its checked state, as one exact limiter
+//! does ([`Ledger`](ratewarden_core::algorithm::Ledger)): a hold takes room in the bucket
+//! (the tokens stay, refilling up to its capacity) until its request settles, charging the
+//! actual units, or its time lapses, charging nothing. Count a reservation's settled units
+//! as admitted when they were held:
+//!
+//! - **Escrow** gives away no share that backs a hold: a part `⌈held / B⌉` of a gateway's
+//!   share stays with it, with the tokens held, while the rest is given from as for checks.
+//!   So a settle at or below the units held always finds them, and **over the quota: never**,
+//!   as for checks, but for what a settle above its estimate (the overdraft) or after its
+//!   hold lapsed charges: owed, repaid before anything new is admitted, as on one exact
+//!   limiter; after a peer's restart, a share taken back may leave a hold short, and its
+//!   settle owes the rest. **Unused**: a hold takes room in its gateway's share for its
+//!   request's time, so a share of few units holds few requests at once: where the burst
+//!   gives each gateway asking 10 units, three gateways with the demand moving between them
+//!   charge 0.94-1.01 of what one exact limiter charges for the same reservations (a test
+//!   checks at least 0.85).
+//! - **Eventual** keeps holds to the gateway that made them; its peers hear of a settle's
+//!   units as of admissions. A gateway's units held (at most `B`, as a hold must fit) and
+//!   those it admitted in the last `D` are together at most `B + rate × D`, so **the bound
+//!   above stands**, plus overdrafts. A refund comes back to the gateway that takes it
+//!   only: its peers keep the units charged.
+//!
 //! # What the bounds assume
 //!
 //! - **Members are trusted.** The seal keeps out whoever lacks the secret (their datagrams

@@ -3,9 +3,13 @@
 //! socket or a random source of its own (its random peer choices come from a seed).
 
 use hashbrown::HashMap;
-use ratewarden_core::{Algorithm, Decision, Decisions, Key, Limit, Quota, Timestamp, merged};
+use std::time::Duration;
 
-use crate::bucket::{MICRO, OwingBucket, ShareBucket, WHOLE};
+use ratewarden_core::{
+    Algorithm, Decision, Decisions, Key, Limit, Quota, Reservation, Timestamp, merged,
+};
+
+use crate::bucket::{Admit, MICRO, OwingBucket, ShareBucket, WHOLE};
 use crate::seal::{MIN_SECRET, Sealer, Window};
 use crate::wire::{Ack, Datagram, Entry, NodeId, Slot, Transfer, WireError};
 
@@ -271,9 +275,75 @@ struct State {
     /// Escrow: share given up to a restarted member beyond what this gateway held, repaid
     /// from the next shares it is given.
     debt: u64,
+    /// A reserved slot's holds (their units are held in the bucket).
+    holds: Holds,
+}
+
+/// The reservations holding units of a reserved slot.
+#[derive(Clone, Copy, Debug, Default)]
+struct Holds {
+    /// Holds not yet settled.
+    count: u32,
+    /// When every hold has lapsed (µs).
+    lapse_at: u64,
+    /// Moves on each time the holds lapse, so that a settle of one made before finds it
+    /// gone (and drops nothing held by those made since).
+    round: u64,
+}
+
+impl Bucket {
+    fn admit(&mut self, quota: &Quota, now: u64, cost: u32, admit: Admit) -> Decision {
+        match self {
+            Self::Owing(bucket) => bucket.admit(quota, now, cost, admit),
+            Self::Share(bucket) => bucket.admit(quota, now, cost, admit),
+        }
+    }
+
+    fn release(&mut self, units: u64) {
+        match self {
+            Self::Owing(bucket) => bucket.release(units),
+            Self::Share(bucket) => bucket.release(units),
+        }
+    }
+
+    const fn release_all(&mut self) {
+        match self {
+            Self::Owing(bucket) => bucket.release_all(),
+            Self::Share(bucket) => bucket.release_all(),
+        }
+    }
 }
 
 impl State {
+    /// Eventual: counts `units` this gateway admitted, to be gossiped.
+    fn announce(&mut self, me: usize, relay: u8, units: u32) {
+        if units == 0 {
+            return;
+        }
+        let own = &mut self.views[me];
+        own.a += u64::from(units);
+        own.version = own.a;
+        own.hot = relay;
+    }
+
+    /// Drops every hold once the latest has lapsed.
+    const fn lapse(&mut self, now: u64) {
+        if self.holds.count > 0 && now >= self.holds.lapse_at {
+            self.holds.count = 0;
+            self.holds.round += 1;
+            self.bucket.release_all();
+        }
+    }
+
+    /// A copy of the bucket as it is at `now`, its holds dropped if they have lapsed.
+    fn bucket_at(&self, now: u64) -> Bucket {
+        let mut bucket = self.bucket;
+        if self.holds.count > 0 && now >= self.holds.lapse_at {
+            bucket.release_all();
+        }
+        bucket
+    }
+
     /// Escrow: counts a request's units as asked for, and as refused if it was denied (one
     /// no retry can meet is no demand).
     fn ask(&mut self, cost: u32, decision: &Decision) {
@@ -396,31 +466,38 @@ impl Node {
         quota: &Quota,
         cost: u32,
     ) -> Result<Decision, Full> {
-        let now = now.as_micros();
-        let slot = Slot {
-            key: key.clone(),
-            quota: *quota,
-        };
+        let slot = Slot::checked(key, quota);
+        let (decision, _) = self.admit(now.as_micros(), slot, cost, Admit::Charge, 0)?;
+        Ok(decision)
+    }
+
+    /// Admits `cost` units on the slot's state (made if new), charging or holding them
+    /// until `lapse_at`; answers the decision and the round of holds a hold joined.
+    fn admit(
+        &mut self,
+        now: u64,
+        slot: Slot,
+        cost: u32,
+        admit: Admit,
+        lapse_at: u64,
+    ) -> Result<(Decision, u64), Full> {
+        let quota = slot.quota;
         let (me, relay) = (self.me, self.relay_rounds);
         let state = self.state(slot, now).ok_or(Full)?;
-        let decision = match &mut state.bucket {
-            Bucket::Owing(bucket) => {
-                let decision = bucket.check(quota, now, cost);
-                if decision.is_allowed() {
-                    let own = &mut state.views[me];
-                    own.a += u64::from(cost);
-                    own.version = own.a;
-                    own.hot = relay;
-                }
-                decision
+        state.lapse(now);
+        let decision = state.bucket.admit(&quota, now, cost, admit);
+        match state.bucket {
+            Bucket::Owing(_) if decision.is_allowed() && admit == Admit::Charge => {
+                state.announce(me, relay, cost);
             }
-            Bucket::Share(bucket) => {
-                let decision = bucket.check(quota, now, cost);
-                state.ask(cost, &decision);
-                decision
-            }
-        };
-        Ok(decision)
+            Bucket::Owing(_) => {}
+            Bucket::Share(_) => state.ask(cost, &decision),
+        }
+        if decision.is_allowed() && admit == Admit::Hold {
+            state.holds.count += 1;
+            state.holds.lapse_at = state.holds.lapse_at.max(lapse_at);
+        }
+        Ok((decision, state.holds.round))
     }
 
     /// Decides a request against several limits together: every limit admits its cost and
@@ -461,47 +538,11 @@ impl Node {
         }
         let at = now.as_micros();
         let (states, of) = merged(limits);
-        // Each state decided on a copy of its bucket (a fresh one for a key without state),
-        // charging nothing and making no state.
-        let mut decisions = Vec::with_capacity(states.len());
-        let mut new = 0;
-        for limit in &states {
-            let slot = Slot {
-                key: limit.key().clone(),
-                quota: *limit.quota(),
-            };
-            let mut bucket = match self.slots.get(&slot) {
-                Some(state) => state.bucket,
-                None => {
-                    new += usize::from(limit.is_counted());
-                    self.fresh(limit.quota(), at)
-                }
-            };
-            decisions.push(match &mut bucket {
-                Bucket::Owing(bucket) => bucket.check(limit.quota(), at, limit.cost()),
-                Bucket::Share(bucket) => bucket.check(limit.quota(), at, limit.cost()),
-            });
-        }
-        if self.slots.len() + new > self.config.max_slots {
-            return Err(Full);
-        }
-        let each = |decisions: &[Decision]| {
-            Decisions::from(of.iter().map(|&s| decisions[s]).collect::<Vec<_>>())
-        };
+        let mut decisions = self.decide_unless_refused(at, &states, false)?;
         if !decisions.iter().all(Decision::is_allowed) {
-            // Escrow: what was asked and refused still weighs in the rebalancing.
-            for (limit, decision) in states.iter().zip(&decisions) {
-                let slot = Slot {
-                    key: limit.key().clone(),
-                    quota: *limit.quota(),
-                };
-                if let Some(state) = self.slots.get_mut(&slot)
-                    && limit.is_counted()
-                {
-                    state.ask(limit.cost(), decision);
-                }
-            }
-            return Ok(each(&decisions));
+            return Ok(Decisions::from(
+                of.iter().map(|&s| decisions[s]).collect::<Vec<_>>(),
+            ));
         }
         for (i, limit) in states.iter().enumerate() {
             if limit.is_counted() {
@@ -509,7 +550,181 @@ impl Node {
                 decisions[i] = self.check(now, limit.key(), limit.quota(), limit.cost())?;
             }
         }
-        Ok(each(&decisions))
+        Ok(Decisions::from(
+            of.iter().map(|&s| decisions[s]).collect::<Vec<_>>(),
+        ))
+    }
+
+    /// Holds the cost of every counted limit for `hold`, for a request whose cost is known
+    /// once it is served: all held or none, as [`check_all`](Self::check_all) counts (a
+    /// [probe](Limit::probe) is decided on the checked state and never held). The units
+    /// held take room in the state of the key's reserved limit, apart from the state checks
+    /// count on: nothing is charged until [`settle`](Self::settle), and holds not settled
+    /// by their time lapse, charging nothing (a key's holds lapse together, when the latest
+    /// has). In escrow mode a gateway gives away no share that backs what it holds.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] when a counted limit's key is new and the node holds [`Config::max_slots`]
+    /// already (nothing held).
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Limit, Timestamp};
+    /// use ratewarden_mesh::{Config, Mode, Node};
+    /// use std::time::Duration;
+    /// let mut node = Node::new(1, &[1], Config::new(Mode::Escrow));
+    /// let now = Timestamp::from_micros(0);
+    /// let tokens = Limit::new(Key::from("user-7"), "100/min".parse()?, 60);
+    /// let first = node.reserve(now, &[tokens.clone()], Duration::from_secs(30))?;
+    /// assert!(first.is_allowed());
+    /// // 60 held: another 60 do not fit while the first request runs.
+    /// assert!(!node.reserve(now, &[tokens.clone()], Duration::from_secs(30))?.is_allowed());
+    /// node.settle(now, first.held(), 10); // it used 10
+    /// assert!(node.reserve(now, &[tokens], Duration::from_secs(30))?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve(
+        &mut self,
+        now: Timestamp,
+        limits: &[Limit],
+        hold: Duration,
+    ) -> Result<Reservation, Full> {
+        let at = now.as_micros();
+        let lapse_at = at.saturating_add(u64::try_from(hold.as_micros()).unwrap_or(u64::MAX));
+        let (states, of) = merged(limits);
+        let decisions = self.decide_unless_refused(at, &states, true)?;
+        if !decisions.iter().all(Decision::is_allowed) {
+            let each = of.iter().map(|&s| decisions[s]).collect::<Vec<_>>();
+            return Ok(Reservation::new(Decisions::from(each), Vec::new()));
+        }
+        let mut decided = Vec::with_capacity(limits.len());
+        let mut held = Vec::with_capacity(limits.len());
+        for (limit, &s) in limits.iter().zip(&of) {
+            if limit.is_counted() {
+                // Admitted together on copies, so each admitted here.
+                let slot = Slot::reserved(limit.key(), limit.quota());
+                let (decision, round) =
+                    self.admit(at, slot, limit.cost(), Admit::Hold, lapse_at)?;
+                held.push((limit.clone(), round));
+                decided.push(decision);
+            } else {
+                decided.push(decisions[s]);
+            }
+        }
+        Ok(Reservation::new(Decisions::from(decided), held))
+    }
+
+    /// Ends a reservation: drops the holds of `held` ([`Reservation::held`]) and charges
+    /// `actual` units to each limit held. What the state has no room for is owed, repaid as
+    /// it refills before anything new is admitted (a settle at or below the units held
+    /// always finds room, save after a peer's restart took shares back). A hold that lapsed
+    /// is gone; its `actual` is charged all the same. In eventual mode the charge is counted
+    /// as admitted and gossiped like a check's.
+    pub fn settle(&mut self, now: Timestamp, held: &[(Limit, u64)], actual: u32) {
+        let at = now.as_micros();
+        let (me, relay) = (self.me, self.relay_rounds);
+        for (limit, round) in held {
+            let slot = Slot::reserved(limit.key(), limit.quota());
+            let quota = slot.quota;
+            let state = if actual > 0 {
+                self.state(slot, at)
+            } else {
+                self.slots.get_mut(&slot)
+            };
+            let Some(state) = state else {
+                continue;
+            };
+            state.lapse(at);
+            if state.holds.round == *round && state.holds.count > 0 {
+                state.holds.count -= 1;
+                state.bucket.release(u64::from(limit.cost()));
+            }
+            match &mut state.bucket {
+                Bucket::Owing(bucket) => {
+                    bucket.owe(&quota, at, u64::from(actual));
+                    state.announce(me, relay, actual);
+                }
+                Bucket::Share(bucket) => bucket.charge(&quota, at, actual),
+            }
+        }
+    }
+
+    /// Keeps the holds of `held` for `hold` more from now (a request that runs longer than
+    /// its hold renews it). A hold that lapsed, or was settled, stays so.
+    pub fn renew(&mut self, now: Timestamp, held: &[(Limit, u64)], hold: Duration) {
+        let at = now.as_micros();
+        let lapse_at = at.saturating_add(u64::try_from(hold.as_micros()).unwrap_or(u64::MAX));
+        for (limit, round) in held {
+            let slot = Slot::reserved(limit.key(), limit.quota());
+            if let Some(state) = self.slots.get_mut(&slot) {
+                state.lapse(at);
+                if state.holds.round == *round && state.holds.count > 0 {
+                    state.holds.lapse_at = state.holds.lapse_at.max(lapse_at);
+                }
+            }
+        }
+    }
+
+    /// Gives back `units` of `key`'s reserved state under `quota` (a charge owed by no one):
+    /// what it owes first, then tokens, never beyond a full bucket. In eventual mode the
+    /// units come back to this gateway only: its peers, told they were admitted, keep them
+    /// charged.
+    pub fn refund(&mut self, now: Timestamp, key: &Key, quota: &Quota, units: u32) {
+        let at = now.as_micros();
+        if let Some(state) = self.slots.get_mut(&Slot::reserved(key, quota)) {
+            match &mut state.bucket {
+                Bucket::Owing(bucket) => bucket.refund(quota, at, units),
+                Bucket::Share(bucket) => bucket.refund(quota, at, units),
+            }
+        }
+    }
+
+    /// Each of `states` (merged limits) decided on a copy of its bucket (a fresh one for a
+    /// key without state), charging nothing and making no state: counted limits on their
+    /// reserved states when `reserving`, probes always on the checked ones. Escrow counts
+    /// what was asked and refused in the rebalancing.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] when the new keys of counted limits do not fit in [`Config::max_slots`].
+    fn decide_unless_refused(
+        &mut self,
+        at: u64,
+        states: &[Limit],
+        reserving: bool,
+    ) -> Result<Vec<Decision>, Full> {
+        let slot_of = |limit: &Limit| Slot {
+            reserved: reserving && limit.is_counted(),
+            ..Slot::checked(limit.key(), limit.quota())
+        };
+        let mut new = 0;
+        let decisions: Vec<Decision> = states
+            .iter()
+            .map(|limit| {
+                let mut bucket = match self.slots.get(&slot_of(limit)) {
+                    Some(state) => state.bucket_at(at),
+                    None => {
+                        new += usize::from(limit.is_counted());
+                        self.fresh(limit.quota(), at)
+                    }
+                };
+                bucket.admit(limit.quota(), at, limit.cost(), Admit::Charge)
+            })
+            .collect();
+        if self.slots.len() + new > self.config.max_slots {
+            return Err(Full);
+        }
+        if !decisions.iter().all(Decision::is_allowed) {
+            // Escrow: what was asked and refused still weighs in the rebalancing.
+            for (limit, decision) in states.iter().zip(&decisions) {
+                if let Some(state) = self.slots.get_mut(&slot_of(limit))
+                    && limit.is_counted()
+                {
+                    state.ask(limit.cost(), decision);
+                }
+            }
+        }
+        Ok(decisions)
     }
 
     /// Whether a request of cost 1 would be admitted now, counting nothing and making no
@@ -526,18 +741,11 @@ impl Node {
     #[must_use]
     pub fn peek(&self, now: Timestamp, key: &Key, quota: &Quota) -> Decision {
         let now = now.as_micros();
-        let slot = Slot {
-            key: key.clone(),
-            quota: *quota,
-        };
-        let bucket = self
+        let mut bucket = self
             .slots
-            .get(&slot)
-            .map_or_else(|| self.fresh(quota, now), |state| state.bucket);
-        match bucket {
-            Bucket::Owing(mut b) => b.check(quota, now, 1),
-            Bucket::Share(mut b) => b.check(quota, now, 1),
-        }
+            .get(&Slot::checked(key, quota))
+            .map_or_else(|| self.fresh(quota, now), |state| state.bucket_at(now));
+        bucket.admit(quota, now, 1, Admit::Charge)
     }
 
     /// The gateways heard from since `since` (this one among them). Each round goes to
@@ -566,10 +774,7 @@ impl Node {
     /// mode; 0 in escrow mode or for a key it has no state for).
     #[must_use]
     pub fn admitted_seen(&self, key: &Key, quota: &Quota) -> u64 {
-        let slot = Slot {
-            key: key.clone(),
-            quota: *quota,
-        };
+        let slot = Slot::checked(key, quota);
         match self.slots.get(&slot) {
             Some(state) if matches!(state.bucket, Bucket::Owing(_)) => {
                 state.views.iter().map(|v| v.a).sum()
@@ -582,10 +787,7 @@ impl Node {
     /// otherwise).
     #[must_use]
     pub fn admitted_from(&self, key: &Key, quota: &Quota, origin: NodeId) -> u64 {
-        let slot = Slot {
-            key: key.clone(),
-            quota: *quota,
-        };
+        let slot = Slot::checked(key, quota);
         let Ok(i) = self.members.binary_search(&origin) else {
             return 0;
         };
@@ -599,10 +801,7 @@ impl Node {
     /// in eventual mode or for a key it has no state for: its share is then its first one).
     #[must_use]
     pub fn share(&self, key: &Key, quota: &Quota) -> Option<u64> {
-        let slot = Slot {
-            key: key.clone(),
-            quota: *quota,
-        };
+        let slot = Slot::checked(key, quota);
         match &self.slots.get(&slot)?.bucket {
             Bucket::Share(bucket) => Some(bucket.share()),
             Bucket::Owing(_) => None,
@@ -871,7 +1070,7 @@ impl Node {
     /// So the shares held sum to what they did, less what the one before held above its
     /// first share. Running totals with it start over.
     fn forget(&mut self, from: usize, now: u64) {
-        self.settle(from, now);
+        self.settle_with(from, now);
         for state in self.slots.values_mut() {
             state.views[from] = View::default();
         }
@@ -886,14 +1085,14 @@ impl Node {
         if self.config.mode == Mode::Escrow {
             let me = self.me;
             for peer in (0..self.members.len()).filter(|&p| p != me) {
-                self.settle(peer, now);
+                self.settle_with(peer, now);
             }
         }
     }
 
     /// Escrow: undoes the shares exchanged with member `from` (see [`Node::forget`]) and
     /// starts the running totals with it over.
-    fn settle(&mut self, from: usize, now: u64) {
+    fn settle_with(&mut self, from: usize, now: u64) {
         for (slot, state) in &mut self.slots {
             if let Bucket::Share(bucket) = &mut state.bucket {
                 let (received, given) = (state.received[from].0, state.given[from].share);
@@ -940,6 +1139,7 @@ impl Node {
                 received: vec![(0, 0); n],
                 ack_due: vec![false; n],
                 debt: 0,
+                holds: Holds::default(),
             };
             self.order.push(slot.clone());
             self.slots.insert(slot.clone(), state);
@@ -968,6 +1168,8 @@ impl Node {
             .map(|i| i != me && round.saturating_sub(self.heard_round[i]) > quiet)
             .collect();
         for (slot, state) in &mut self.slots {
+            // Lapsed holds pin no share.
+            state.lapse(now);
             let Bucket::Share(bucket) = &mut state.bucket else {
                 continue;
             };

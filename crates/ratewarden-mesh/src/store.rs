@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ratewarden_core::{
-    Clock, Decision, Decisions, Key, Limit, MAX_LIMITS, MonotonicClock, Quota, Store, StoreError,
-    StoreErrorKind, Timestamp,
+    Clock, Decision, Decisions, Key, Limit, MAX_LIMITS, MonotonicClock, Quota, Reservation, Store,
+    StoreError, StoreErrorKind, Timestamp,
 };
 use sha2::{Digest, Sha256};
 use tokio::net::UdpSocket;
@@ -242,9 +242,11 @@ async fn gossip(
 /// dropped.
 ///
 /// Decides GCRA and token-bucket quotas, one limit or several together
-/// ([`check_all`](Store::check_all): all counted or none). The window algorithms and
-/// reservations answer [`StoreErrorKind::Unsupported`], and so does
-/// [`reset`](Store::reset) (a gateway cannot take back what its peers counted).
+/// ([`check_all`](Store::check_all): all counted or none), and reserves them
+/// ([`reserve`](Store::reserve), [`settle`](Store::settle), [`renew`](Store::renew),
+/// [`refund`](Store::refund); see [`Node::reserve`]). The window algorithms answer
+/// [`StoreErrorKind::Unsupported`], and so do [`reset`](Store::reset) and
+/// [`give_back`](Store::give_back) (a gateway cannot take back what its peers counted).
 #[derive(Clone, Debug)]
 pub struct MeshStore {
     shared: Arc<Shared>,
@@ -313,18 +315,34 @@ impl MeshStore {
     }
 
     fn decide_all(&self, limits: &[Limit]) -> Result<Decisions, StoreError> {
-        if limits.len() > MAX_LIMITS {
-            return Err(StoreError::with_source(
-                StoreErrorKind::InvalidInput,
-                "more than 16 limits in one check",
-            ));
-        }
-        for limit in limits {
-            supported(limit.quota())?;
-        }
+        all_supported(limits)?;
         let now = self.shared.clock.now();
         self.shared.node().check_all(now, limits).map_err(full)
     }
+
+    fn hold(&self, limits: &[Limit], hold: Duration) -> Result<Reservation, StoreError> {
+        all_supported(limits)?;
+        let now = self.shared.clock.now();
+        self.shared.node().reserve(now, limits, hold).map_err(full)
+    }
+
+    fn charge(&self, reservation: &Reservation, actual: u32) {
+        if reservation.held().is_empty() {
+            return;
+        }
+        let now = self.shared.clock.now();
+        self.shared.node().settle(now, reservation.held(), actual);
+    }
+}
+
+fn all_supported(limits: &[Limit]) -> Result<(), StoreError> {
+    if limits.len() > MAX_LIMITS {
+        return Err(StoreError::with_source(
+            StoreErrorKind::InvalidInput,
+            "more than 16 limits in one check",
+        ));
+    }
+    limits.iter().try_for_each(|limit| supported(limit.quota()))
 }
 
 fn supported(quota: &Quota) -> Result<(), StoreError> {
@@ -363,6 +381,38 @@ impl Store for MeshStore {
     /// Always decides at once.
     fn check_all_ready(&self, limits: &[Limit]) -> Option<Result<Decisions, StoreError>> {
         Some(self.decide_all(limits))
+    }
+
+    async fn reserve(&self, limits: &[Limit], hold: Duration) -> Result<Reservation, StoreError> {
+        self.hold(limits, hold)
+    }
+
+    async fn settle(&self, reservation: Reservation, actual: u32) -> Result<(), StoreError> {
+        self.charge(&reservation, actual);
+        Ok(())
+    }
+
+    /// Always settles at once.
+    fn settle_ready(
+        &self,
+        reservation: Reservation,
+        actual: u32,
+    ) -> Result<Result<(), StoreError>, Reservation> {
+        self.charge(&reservation, actual);
+        Ok(Ok(()))
+    }
+
+    async fn renew(&self, held: &[(Limit, u64)], hold: Duration) -> Result<(), StoreError> {
+        let now = self.shared.clock.now();
+        self.shared.node().renew(now, held, hold);
+        Ok(())
+    }
+
+    async fn refund(&self, key: &Key, quota: &Quota, units: u32) -> Result<(), StoreError> {
+        supported(quota)?;
+        let now = self.shared.clock.now();
+        self.shared.node().refund(now, key, quota, units);
+        Ok(())
     }
 
     async fn peek(&self, key: &Key, quota: &Quota) -> Result<Decision, StoreError> {

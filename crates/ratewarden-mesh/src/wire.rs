@@ -17,13 +17,35 @@ pub type NodeId = u64;
 
 const MAGIC: &[u8; 4] = b"RWM2";
 
-/// One key under one quota: what the mesh keeps state for.
+/// One key under one quota, checked or reserved: what the mesh keeps state for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Slot {
     /// The key.
     pub key: Key,
     /// The quota it is limited by.
     pub quota: Quota,
+    /// Whether this is the state reservations hold and settle on, apart from the state
+    /// checks count on for the same key and quota (as the `Store` trait keeps them).
+    pub reserved: bool,
+}
+
+impl Slot {
+    /// The state checks count on for `key` under `quota`.
+    pub(crate) fn checked(key: &Key, quota: &Quota) -> Self {
+        Self {
+            key: key.clone(),
+            quota: *quota,
+            reserved: false,
+        }
+    }
+
+    /// The state reservations hold and settle on for `key` under `quota`.
+    pub(crate) fn reserved(key: &Key, quota: &Quota) -> Self {
+        Self {
+            reserved: true,
+            ..Self::checked(key, quota)
+        }
+    }
 }
 
 /// What a gateway (`origin`) last said about a slot, at `version`: in eventual mode the
@@ -296,12 +318,16 @@ impl Writer {
     }
 }
 
+/// The bit of a slot's first byte (its algorithm) that marks a reserved state.
+const RESERVED: u8 = 0x80;
+
 fn write_slot(out: &mut Vec<u8>, slot: &Slot) {
     let q = &slot.quota;
-    out.push(match q.algorithm() {
+    let algorithm = match q.algorithm() {
         Algorithm::TokenBucket => 1,
         _ => 0,
-    });
+    };
+    out.push(algorithm | if slot.reserved { RESERVED } else { 0 });
     out.extend_from_slice(&q.count().to_le_bytes());
     out.extend_from_slice(&q.burst().to_le_bytes());
     out.extend_from_slice(&q.period_micros().to_le_bytes());
@@ -357,7 +383,8 @@ impl<'a> Reader<'a> {
     }
 
     fn slot(&mut self) -> Result<Slot, WireError> {
-        let algorithm = match self.array::<1>()?[0] {
+        let first = self.array::<1>()?[0];
+        let algorithm = match first & !RESERVED {
             0 => Algorithm::Gcra,
             1 => Algorithm::TokenBucket,
             _ => return Err(WireError::Invalid),
@@ -385,6 +412,7 @@ impl<'a> Reader<'a> {
         Ok(Slot {
             key: key.scoped(scope),
             quota,
+            reserved: first & RESERVED != 0,
         })
     }
 }
@@ -397,6 +425,7 @@ mod tests {
         Slot {
             key,
             quota: "100/min".parse().expect("a quota"),
+            reserved: false,
         }
     }
 
@@ -417,7 +446,10 @@ mod tests {
             escrow: true,
             entries: (0..40)
                 .map(|i| Entry {
-                    slot: slot(keys[i % 4].clone()),
+                    slot: Slot {
+                        reserved: i % 3 == 0,
+                        ..slot(keys[i % 4].clone())
+                    },
                     origin: i as u64,
                     version: 3,
                     a: 4,

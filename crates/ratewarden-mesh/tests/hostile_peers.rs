@@ -53,6 +53,7 @@ fn a_members_huge_demand_is_not_a_panic() {
                 slot: Slot {
                     key: key.clone(),
                     quota,
+                    reserved: false,
                 },
                 origin,
                 version: u64::MAX,
