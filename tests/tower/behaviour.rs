@@ -322,6 +322,63 @@ async fn the_fallback_enforces_a_share_of_the_quota_while_the_store_fails() {
     assert_eq!(response.status(), StatusCode::OK);
 }
 
+/// Three gateways share a mesh; one falls back from a failed store with the mesh's live
+/// count: a third of the quota while all three are heard, the whole once the other two
+/// are gone and the count of one has held for `Instances::SETTLE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_shares_the_quota_by_the_gateways_a_mesh_hears() {
+    use ratewarden_tower::MeshStore;
+    use ratewarden_tower::rate_limit::Instances;
+    let addrs: Vec<SocketAddr> = {
+        let sockets: Vec<std::net::UdpSocket> = (0..3)
+            .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        sockets.iter().map(|s| s.local_addr().unwrap()).collect()
+    };
+    let mut meshes = Vec::new();
+    for &addr in &addrs {
+        let peers = addrs.iter().copied().filter(|&a| a != addr);
+        let mesh = MeshStore::builder(addr)
+            .peers(peers)
+            .interval(std::time::Duration::from_millis(20))
+            .secret(b"a secret the test's gateways share")
+            .unwrap()
+            .bind()
+            .await
+            .unwrap();
+        meshes.push(mesh);
+    }
+    let fallback = FailureMode::fallback(
+        ratewarden_memory::MemoryStore::new(),
+        Instances::mesh(&meshes[0]),
+    );
+    let layer = RateLimitLayer::new(Broken, Quota::per_minute(12).unwrap(), PeerIp::new())
+        .on_store_error(fallback);
+    let app = app().layer(layer);
+    for expected in [StatusCode::OK; 4]
+        .into_iter()
+        .chain([StatusCode::TOO_MANY_REQUESTS])
+    {
+        let (response, _) = send(&app, get_from("192.0.2.1:1", "/", &[])).await;
+        assert_eq!(response.status(), expected);
+        assert_eq!(header(&response, "x-ratelimit-limit"), "4");
+    }
+    meshes.truncate(1);
+    // Heard from no one for a moment, then the count of one holds for 10 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (response, _) = send(&app, get_from("192.0.2.2:1", "/", &[])).await;
+        if header(&response, "x-ratelimit-limit") == "12" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway alone still enforces a third of the quota"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_fallback_never_engages_on_a_healthy_denial() {
     let (store, _clock) = manual_store();

@@ -277,6 +277,12 @@ impl MeshStore {
         self.shared.node().id()
     }
 
+    /// The mesh's members (the peers it was given and this one), heard from or not.
+    #[must_use]
+    pub fn members(&self) -> Vec<NodeId> {
+        self.shared.node().members().to_vec()
+    }
+
     /// The members heard from lately, this one among them: in the last `3 + 2 × (n − 1) /
     /// fanout` gossip intervals (each round goes to `fanout` peers at random).
     #[must_use]

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use ratewarden_core::{Decision, Key, Quota};
 use ratewarden_memory::MemoryStore;
 
+use super::Instances;
+
 /// What a layer does when its store cannot decide: Redis down or slow, the pool exhausted, a
 /// [`CircuitBreaker`](crate::breaker::CircuitBreaker) open. Chosen per layer, so a login route
 /// can fail closed while reads fail open on the same store.
@@ -33,7 +35,9 @@ use ratewarden_memory::MemoryStore;
 ///
 /// A fleet of `n` gateways falling back with `instances = n` admits, during an outage of
 /// length `T`, at most `n × (⌈burst / n⌉ + ⌈count / n⌉ × T / period)`: about the quota plus
-/// `n - 1` per period. The local stores start empty, so the quota the store had already given
+/// `n - 1` per period. With a live count ([`Instances::live`], [`Instances::mesh`]), `n`
+/// follows the gateways alive, and each move of it may add `⌈burst / n⌉` per key and
+/// gateway (see [`Instances`]). The local stores start empty, so the quota the store had already given
 /// out before the outage is not subtracted: in the worst case a key gets one extra burst at the
 /// moment the store first fails.
 ///
@@ -77,7 +81,7 @@ enum Kind {
     Fallback {
         /// Made on first use: most layers never need it.
         store: Arc<OnceLock<MemoryStore>>,
-        instances: NonZeroU32,
+        instances: Instances,
         /// What carries spending across a switch between the store and the fallback.
         carry: Arc<Carry>,
     },
@@ -215,7 +219,7 @@ impl Default for FailureMode {
         Self {
             kind: Kind::Fallback {
                 store: Arc::default(),
-                instances: NonZeroU32::MIN,
+                instances: Instances::from(NonZeroU32::MIN),
                 carry: Arc::default(),
             },
         }
@@ -282,9 +286,10 @@ impl FailureMode {
 
     /// Decide locally while the store fails: `store` enforces [`Quota::share`]`(instances)`
     /// of each request's quota, so that `instances` gateways doing the same admit about the
-    /// quota between them (see the type's docs for the bound). Its denials are 429s like any
-    /// other, and the rate-limit headers show the share. Give it its own `MemoryStore` (its
-    /// bound, `max_memory`, applies).
+    /// quota between them (see the type's docs for the bound). `instances` is a fixed number
+    /// (a `NonZeroU32`) or a live count ([`Instances::live`], [`Instances::mesh`]: the
+    /// gateways alive). Its denials are 429s like any other, and the rate-limit headers show
+    /// the share. Give it its own `MemoryStore` (its bound, `max_memory`, applies).
     ///
     /// ```
     /// use ratewarden_tower::rate_limit::FailureMode;
@@ -295,11 +300,11 @@ impl FailureMode {
     /// assert_eq!(format!("{mode:?}"), "FailureMode::Fallback { instances: 4 }");
     /// ```
     #[must_use]
-    pub fn fallback(store: MemoryStore, instances: NonZeroU32) -> Self {
+    pub fn fallback(store: MemoryStore, instances: impl Into<Instances>) -> Self {
         Self {
             kind: Kind::Fallback {
                 store: Arc::new(OnceLock::from(store)),
-                instances,
+                instances: instances.into(),
                 carry: Arc::default(),
             },
         }
@@ -333,7 +338,7 @@ impl FailureMode {
                 instances,
                 carry,
             } => {
-                let share = quota.share(*instances);
+                let share = quota.share(instances.get());
                 let store = store.get_or_init(MemoryStore::new);
                 carry.engaged.store(true, Ordering::Relaxed);
                 let decision = store.check_sync(key, &share, cost);
@@ -385,7 +390,7 @@ impl FailureMode {
             if carry.engaged.load(Ordering::Relaxed)
                 && let Some(store) = store.get()
             {
-                let _ = store.check_sync(key, &quota.share(*instances), cost);
+                let _ = store.check_sync(key, &quota.share(instances.get()), cost);
             }
         }
     }
@@ -399,7 +404,7 @@ impl fmt::Debug for FailureMode {
                 write!(f, "FailureMode::Closed {{ allowed: {} }}", allow.len())
             }
             Kind::Fallback { instances, .. } => {
-                write!(f, "FailureMode::Fallback {{ instances: {instances} }}")
+                write!(f, "FailureMode::Fallback {{ instances: {instances:?} }}")
             }
         }
     }
