@@ -1,6 +1,8 @@
 //! The two buckets a gateway keeps per key: one that may owe (eventual), and one that holds
-//! only its share (escrow). Both count in micro-units (a unit is [`MICRO`]) and refill from
-//! the gateway's own clock, so only the rate of a clock matters, never its offset.
+//! only its share (escrow). Both count in micro-units (a unit is [`MICRO`]). For GCRA and
+//! the token bucket they refill from the gateway's own clock, so only the rate of a clock
+//! matters, never its offset; for the window algorithms they count in windows aligned to
+//! the clock's epoch ([`Spent`]), so gateways' windows line up as far as their clocks do.
 //!
 //! Both also keep the units reservations hold on them: a hold takes room, not tokens (the
 //! tokens stay, refilling and capped as before), so a settle charges the actual units and
@@ -9,7 +11,9 @@
 
 use std::time::Duration;
 
-use ratewarden_core::{Decision, Info, Quota};
+use ratewarden_core::{Algorithm, Decision, Info, Quota};
+
+use crate::window::Spent;
 
 /// Micro-units per unit.
 pub(crate) const MICRO: u64 = 1_000_000;
@@ -40,57 +44,115 @@ impl Refill {
 /// peers' as they are heard of, so it may owe (go below zero) but never forgets a unit.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OwingBucket {
-    /// Micro-units; below zero while peers' units are owed.
-    tokens: i128,
+    level: Level,
     /// Micro-units held by reservations.
     held: u64,
-    refill: Refill,
+}
+
+/// What a whole quota's bucket has left.
+#[derive(Clone, Copy, Debug)]
+enum Level {
+    /// GCRA and the token bucket: micro-units, refilled steadily; below zero while peers'
+    /// units are owed.
+    Tokens { tokens: i128, refill: Refill },
+    /// The window algorithms: what the windows count, out of the quota's count.
+    Spent(Spent),
+}
+
+/// Whether `quota` counts in windows (fixed window, sliding window counter) rather than
+/// refilling steadily.
+pub(crate) fn in_windows(quota: &Quota) -> bool {
+    matches!(
+        quota.algorithm(),
+        Algorithm::FixedWindow | Algorithm::SlidingWindow
+    )
 }
 
 impl OwingBucket {
     pub(crate) fn full(quota: &Quota, now: u64) -> Self {
-        Self {
-            tokens: i128::from(quota.burst()) * i128::from(MICRO),
-            held: 0,
-            refill: Refill { at: now, rest: 0 },
+        let level = if in_windows(quota) {
+            Level::Spent(Spent::new(quota, now))
+        } else {
+            Level::Tokens {
+                tokens: i128::from(quota.burst()) * i128::from(MICRO),
+                refill: Refill { at: now, rest: 0 },
+            }
+        };
+        Self { level, held: 0 }
+    }
+
+    /// Micro-units left at `now`, those held among them (below zero while owed).
+    fn left(&mut self, quota: &Quota, now: u64) -> i128 {
+        let cap = i128::from(quota.burst()) * i128::from(MICRO);
+        match &mut self.level {
+            Level::Tokens { tokens, refill } => {
+                let per_period = u128::from(quota.count()) * u128::from(MICRO);
+                let earned = refill.earned(now, per_period, quota.period_micros());
+                let earned = i128::try_from(earned).unwrap_or(i128::MAX);
+                *tokens = tokens.saturating_add(earned).min(cap);
+                *tokens
+            }
+            Level::Spent(spent) => {
+                spent.roll(quota, now);
+                cap - i128::from(spent.counted(quota, now))
+            }
         }
     }
 
-    fn refill(&mut self, quota: &Quota, now: u64) {
-        let per_period = u128::from(quota.count()) * u128::from(MICRO);
-        let earned = self.refill.earned(now, per_period, quota.period_micros());
-        let cap = i128::from(quota.burst()) * i128::from(MICRO);
-        let earned = i128::try_from(earned).unwrap_or(i128::MAX);
-        self.tokens = self.tokens.saturating_add(earned).min(cap);
+    /// Takes `micros` (a charge, or what peers admitted).
+    fn spend(&mut self, micros: u64) {
+        match &mut self.level {
+            Level::Tokens { tokens, .. } => *tokens -= i128::from(micros),
+            Level::Spent(spent) => spent.add(micros),
+        }
     }
 
     /// Charges what peers admitted (heard of now).
     pub(crate) fn owe(&mut self, quota: &Quota, now: u64, units: u64) {
-        self.refill(quota, now);
-        self.tokens -= i128::from(units) * i128::from(MICRO);
+        self.left(quota, now);
+        self.spend(units.saturating_mul(MICRO));
     }
 
     /// Decides `cost` units beside those held, and charges or holds them if admitted.
     pub(crate) fn admit(&mut self, quota: &Quota, now: u64, cost: u32, admit: Admit) -> Decision {
-        self.refill(quota, now);
-        let need = i128::from(cost) * i128::from(MICRO);
-        let free = self.tokens - i128::from(self.held);
+        let free = self.left(quota, now) - i128::from(self.held);
+        let need = u64::from(cost) * MICRO;
         let outcome = if cost > quota.burst() {
             Outcome::Never
-        } else if free >= need {
+        } else if free >= i128::from(need) {
             match admit {
-                Admit::Charge => self.tokens -= need,
-                Admit::Hold => self.held += u64::from(cost) * MICRO,
+                Admit::Charge => self.spend(need),
+                Admit::Hold => self.held += need,
             }
             Outcome::Allowed
         } else {
-            Outcome::Denied(retry(
-                need - free,
-                u128::from(quota.count()) * u128::from(WHOLE),
-                quota,
-            ))
+            Outcome::Denied(match &self.level {
+                Level::Tokens { .. } => retry(
+                    i128::from(need) - free,
+                    u128::from(quota.count()) * u128::from(WHOLE),
+                    quota,
+                ),
+                Level::Spent(spent) => {
+                    let room = u64::from(quota.burst()) * MICRO;
+                    spent
+                        .wait(quota, now, room.saturating_sub(self.held), need)
+                        .unwrap_or(SHARE_WAIT)
+                }
+            })
         };
-        outcome.decision(self.tokens - i128::from(self.held), quota)
+        let free = self.left(quota, now) - i128::from(self.held);
+        outcome.decision(free, self.reset(quota, now), quota)
+    }
+
+    /// How long until the bucket is full again.
+    fn reset(&self, quota: &Quota, now: u64) -> Duration {
+        match &self.level {
+            Level::Tokens { tokens, .. } => {
+                let left = tokens.max(&0) / i128::from(MICRO);
+                tokens_reset(u64::try_from(left).unwrap_or(0), quota)
+            }
+            Level::Spent(spent) => spent.reset(quota, now),
+        }
     }
 
     /// Drops `units` held (a hold settled).
@@ -105,10 +167,18 @@ impl OwingBucket {
 
     /// Gives back `units` charged (a refund), never beyond a full bucket.
     pub(crate) fn refund(&mut self, quota: &Quota, now: u64, units: u32) {
-        self.refill(quota, now);
-        let cap = i128::from(quota.burst()) * i128::from(MICRO);
-        let back = i128::from(units) * i128::from(MICRO);
-        self.tokens = self.tokens.saturating_add(back).min(cap).max(self.tokens);
+        self.left(quota, now);
+        let back = u64::from(units) * MICRO;
+        match &mut self.level {
+            Level::Tokens { tokens, .. } => {
+                let cap = i128::from(quota.burst()) * i128::from(MICRO);
+                *tokens = tokens
+                    .saturating_add(i128::from(back))
+                    .min(cap)
+                    .max(*tokens);
+            }
+            Level::Spent(spent) => spent.take_back(back),
+        }
     }
 }
 
@@ -122,25 +192,41 @@ pub(crate) enum Admit {
 }
 
 /// This gateway's share of the quota: `share / WHOLE` of the burst as capacity and of the
-/// rate as refill. It never spends more than it holds; shares and tokens move between
-/// gateways only by being given (taken from the giver before they are sent).
+/// rate as refill (of the count a window, for the window algorithms). It never spends more
+/// than it holds; shares and tokens move between gateways only by being given (taken from
+/// the giver before they are sent).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ShareBucket {
     /// Parts of [`WHOLE`].
     share: u64,
-    /// Micro-units, at most `most`.
-    tokens: u64,
-    /// The share's [`cap`], computed when the share changes (not on every check).
+    /// The share's [`cap`] in micro-units, computed when the share changes (not on every
+    /// check).
     most: u64,
-    refill: Refill,
     /// Whether a share a hair short of whole units holds them (see [`cap`]).
     whole_units: bool,
     /// Micro-units held by reservations: never given away with a share, so that a hold
-    /// settled at or below its units finds them (at most `tokens`, save after a restart's
-    /// settling takes a share back).
+    /// settled at or below its units finds them (save after a restart's settling takes a
+    /// share back).
     held: u64,
-    /// Micro-units settled that the tokens could not take: repaid first as they refill.
-    owed: u64,
+    fill: Fill,
+}
+
+/// What a share's bucket has spent, and how it comes back.
+#[derive(Clone, Copy, Debug)]
+enum Fill {
+    /// GCRA and the token bucket: tokens refilled steadily at the share of the rate.
+    Tokens {
+        /// Micro-units, at most `most`.
+        tokens: u64,
+        refill: Refill,
+        /// Micro-units settled that the tokens could not take: repaid first as they
+        /// refill.
+        owed: u64,
+    },
+    /// The window algorithms: what the windows count, out of `most`. A share is given
+    /// only out of what they do not count, and no tokens go with it: the window's count
+    /// stays with the gateway that spent it.
+    Spent(Spent),
 }
 
 impl ShareBucket {
@@ -150,14 +236,21 @@ impl ShareBucket {
         // together are less than one unit (see `cap`).
         let whole_units = (members as u128) * u128::from(quota.burst()) < u128::from(WHOLE);
         let most = cap(quota, share, whole_units);
+        let fill = if in_windows(quota) {
+            Fill::Spent(Spent::new(quota, now))
+        } else {
+            Fill::Tokens {
+                tokens: most,
+                refill: Refill { at: now, rest: 0 },
+                owed: 0,
+            }
+        };
         Self {
             share,
-            tokens: most,
             most,
-            refill: Refill { at: now, rest: 0 },
             whole_units,
             held: 0,
-            owed: 0,
+            fill,
         }
     }
 
@@ -165,29 +258,57 @@ impl ShareBucket {
     fn set_share(&mut self, quota: &Quota, share: u64) {
         self.share = share;
         self.most = cap(quota, share, self.whole_units);
+        if let Fill::Tokens { tokens, .. } = &mut self.fill {
+            *tokens = (*tokens).min(self.most);
+        }
     }
 
     pub(crate) const fn share(&self) -> u64 {
         self.share
     }
 
+    /// Brings the bucket to `now`: tokens refilled (what is owed repaid from those no hold
+    /// needs), or windows rolled.
     fn refill(&mut self, quota: &Quota, now: u64) {
-        let per_period = u128::from(quota.count()) * u128::from(self.share);
-        let earned = self.refill.earned(now, per_period, quota.period_micros());
-        let earned = u64::try_from(earned).unwrap_or(u64::MAX);
-        self.tokens = self.tokens.saturating_add(earned).min(self.most);
-        // What is owed is repaid from the tokens no hold needs.
-        let repaid = self.owed.min(self.tokens.saturating_sub(self.held));
-        self.tokens -= repaid;
-        self.owed -= repaid;
+        match &mut self.fill {
+            Fill::Tokens {
+                tokens,
+                refill,
+                owed,
+            } => {
+                let per_period = u128::from(quota.count()) * u128::from(self.share);
+                let earned = refill.earned(now, per_period, quota.period_micros());
+                let earned = u64::try_from(earned).unwrap_or(u64::MAX);
+                *tokens = tokens.saturating_add(earned).min(self.most);
+                let repaid = (*owed).min(tokens.saturating_sub(self.held));
+                *tokens -= repaid;
+                *owed -= repaid;
+            }
+            Fill::Spent(spent) => spent.roll(quota, now),
+        }
     }
 
-    /// Micro-units neither held nor owed.
-    const fn free(&self) -> u64 {
-        if self.owed > 0 {
-            0
-        } else {
-            self.tokens.saturating_sub(self.held)
+    /// Micro-units neither held nor owed (nor counted), at `now` (refilled to it).
+    fn free(&self, quota: &Quota, now: u64) -> u64 {
+        match &self.fill {
+            Fill::Tokens { owed, .. } if *owed > 0 => 0,
+            Fill::Tokens { tokens, .. } => tokens.saturating_sub(self.held),
+            Fill::Spent(spent) => self
+                .most
+                .saturating_sub(self.held)
+                .saturating_sub(spent.counted(quota, now)),
+        }
+    }
+
+    /// Takes `micros` admitted or settled: tokens first, and what they cannot take is owed.
+    const fn spend(&mut self, micros: u64) {
+        match &mut self.fill {
+            Fill::Tokens { tokens, owed, .. } => {
+                let paid = if micros < *tokens { micros } else { *tokens };
+                *tokens -= paid;
+                *owed = owed.saturating_add(micros - paid);
+            }
+            Fill::Spent(spent) => spent.add(micros),
         }
     }
 
@@ -196,21 +317,33 @@ impl ShareBucket {
     pub(crate) fn admit(&mut self, quota: &Quota, now: u64, cost: u32, admit: Admit) -> Decision {
         self.refill(quota, now);
         let need = u64::from(cost) * MICRO;
-        let free = self.free();
+        let free = self.free(quota, now);
         let outcome = if cost > quota.burst() {
             Outcome::Never
         } else if free >= need {
             match admit {
-                Admit::Charge => self.tokens -= need,
+                Admit::Charge => self.spend(need),
                 Admit::Hold => self.held += need,
             }
             Outcome::Allowed
         } else {
-            let per_period = u128::from(quota.count()) * u128::from(self.share);
-            let missing = i128::from(need - free) + i128::from(self.owed);
-            Outcome::Denied(retry(missing, per_period, quota))
+            Outcome::Denied(match &self.fill {
+                Fill::Tokens { owed, .. } => {
+                    let per_period = u128::from(quota.count()) * u128::from(self.share);
+                    let missing = i128::from(need - free) + i128::from(*owed);
+                    retry(missing, per_period, quota)
+                }
+                Fill::Spent(spent) => spent
+                    .wait(quota, now, self.most.saturating_sub(self.held), need)
+                    .unwrap_or(SHARE_WAIT),
+            })
         };
-        outcome.decision(i128::from(self.free()), quota)
+        let free = i128::from(self.free(quota, now));
+        let reset = match &self.fill {
+            Fill::Tokens { tokens, .. } => tokens_reset(tokens / MICRO, quota),
+            Fill::Spent(spent) => spent.reset(quota, now),
+        };
+        outcome.decision(free, reset, quota)
     }
 
     /// Drops `units` held (a hold settled).
@@ -223,13 +356,11 @@ impl ShareBucket {
         self.held = 0;
     }
 
-    /// Charges `units` settled: from the tokens, and what they cannot take is owed.
+    /// Charges `units` settled: from the tokens, and what they cannot take is owed (or
+    /// counted in the window, beyond the share if it must be).
     pub(crate) fn charge(&mut self, quota: &Quota, now: u64, units: u32) {
         self.refill(quota, now);
-        let need = u64::from(units) * MICRO;
-        let paid = need.min(self.tokens);
-        self.tokens -= paid;
-        self.owed = self.owed.saturating_add(need - paid);
+        self.spend(u64::from(units) * MICRO);
     }
 
     /// Gives back `units` charged (a refund): what is owed first, then tokens, never beyond
@@ -237,49 +368,77 @@ impl ShareBucket {
     pub(crate) fn refund(&mut self, quota: &Quota, now: u64, units: u32) {
         self.refill(quota, now);
         let back = u64::from(units) * MICRO;
-        let forgiven = back.min(self.owed);
-        self.owed -= forgiven;
-        self.tokens = self.tokens.saturating_add(back - forgiven).min(self.most);
+        match &mut self.fill {
+            Fill::Tokens { tokens, owed, .. } => {
+                let forgiven = back.min(*owed);
+                *owed -= forgiven;
+                *tokens = tokens.saturating_add(back - forgiven).min(self.most);
+            }
+            Fill::Spent(spent) => spent.take_back(back),
+        }
     }
 
-    /// Takes `part` of the share and the same fraction of its free tokens, to give away.
+    /// Takes `part` of the share, to give away, and the same fraction of its free tokens.
     /// The share that holds what reservations hold stays, with their tokens: a part of the
-    /// share `⌈held / burst⌉` is pinned, and only the rest, with the tokens above those held,
-    /// is given from.
+    /// share `⌈held / burst⌉` is pinned (for the window algorithms, `⌈(held + counted) /
+    /// count⌉`: a share is given only out of what the windows do not count, and no tokens
+    /// go with it), and only the rest is given from.
     pub(crate) fn take(&mut self, quota: &Quota, now: u64, part: u64) -> (u64, u64) {
         self.refill(quota, now);
-        let pinned = self.held.div_ceil(u64::from(quota.burst()).max(1));
+        let kept = match &self.fill {
+            Fill::Tokens { .. } => self.held,
+            Fill::Spent(spent) => self.held.saturating_add(spent.counted(quota, now)),
+        };
+        let pinned = kept.div_ceil(u64::from(quota.burst()).max(1));
         let givable = self.share.saturating_sub(pinned);
         let part = part.min(givable);
         if part == 0 {
             return (0, 0);
         }
-        let free = self.tokens.saturating_sub(self.held);
-        let moved = u128::from(free) * u128::from(part) / u128::from(givable);
-        let moved = u64::try_from(moved).unwrap_or(free).min(free);
+        let moved = match &self.fill {
+            Fill::Tokens { tokens, .. } => {
+                let free = tokens.saturating_sub(self.held);
+                let moved = u128::from(free) * u128::from(part) / u128::from(givable);
+                u64::try_from(moved).unwrap_or(free).min(free)
+            }
+            Fill::Spent(_) => 0,
+        };
+        if let Fill::Tokens { tokens, .. } = &mut self.fill {
+            *tokens -= moved;
+        }
+        // What is left holds at least what is kept: the share kept is at least `pinned`,
+        // whose capacity is at least `kept`.
         self.set_share(quota, self.share - part);
-        // What is left holds at least the held tokens: the share kept is at least
-        // `pinned`, whose capacity is at least `held`.
-        self.tokens = (self.tokens - moved).min(self.most);
         (part, moved)
     }
 
-    /// Gives up `part` of the share, and the tokens above what the rest holds at most;
-    /// returns what it could not give up (more than it holds).
+    /// Gives up `part` of the share, and the tokens above what the rest holds at most (the
+    /// windows go on counting what was spent, beyond the share if they must); returns what
+    /// it could not give up (more than it holds).
     pub(crate) fn give_up(&mut self, quota: &Quota, now: u64, part: u64) -> u64 {
         self.refill(quota, now);
         let dropped = part.min(self.share);
         self.set_share(quota, self.share - dropped);
-        self.tokens = self.tokens.min(self.most);
         part - dropped
     }
 
     /// Adds a share and its tokens given by a peer.
-    pub(crate) fn add(&mut self, quota: &Quota, now: u64, part: u64, tokens: u64) {
+    pub(crate) fn add(&mut self, quota: &Quota, now: u64, part: u64, more: u64) {
         self.refill(quota, now);
         self.set_share(quota, self.share.saturating_add(part).min(WHOLE));
-        self.tokens = self.tokens.saturating_add(tokens).min(self.most);
+        if let Fill::Tokens { tokens, .. } = &mut self.fill {
+            *tokens = tokens.saturating_add(more).min(self.most);
+        }
     }
+}
+
+/// How long a gateway waits for a share (about a gossip round): a second stands for it.
+const SHARE_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a bucket with `left` whole units takes to fill.
+fn tokens_reset(left: u64, quota: &Quota) -> Duration {
+    let empty = u64::from(quota.burst()).saturating_sub(left);
+    Duration::from_micros(empty.saturating_mul(quota.emission_interval_micros()))
 }
 
 /// The micro-units a share of `burst` holds at most: `burst × share`; with `whole_units`,
@@ -301,12 +460,11 @@ fn cap(quota: &Quota, share: u64, whole_units: bool) -> u64 {
 }
 
 /// How long `missing` micro-units take to refill at `per_period` parts of [`WHOLE`] of the
-/// quota's count a period. A gateway without a share waits for one (about a gossip round):
-/// a second stands for it.
+/// quota's count a period. A gateway without a share waits for one ([`SHARE_WAIT`]).
 fn retry(missing: i128, per_period: u128, quota: &Quota) -> Duration {
     let missing = u128::try_from(missing).unwrap_or(0);
     if per_period == 0 {
-        return Duration::from_secs(1);
+        return SHARE_WAIT;
     }
     // per_period parts of WHOLE units = per_period micro-units (WHOLE == MICRO).
     let micros = (missing * u128::from(quota.period_micros())).div_ceil(per_period);
@@ -320,11 +478,10 @@ enum Outcome {
 }
 
 impl Outcome {
-    fn decision(self, tokens: i128, quota: &Quota) -> Decision {
+    /// The decision, with `free` micro-units left and the bucket full again in `reset`.
+    fn decision(self, free: i128, reset: Duration, quota: &Quota) -> Decision {
         let limit = u64::from(quota.burst());
-        let left = u64::try_from(tokens.max(0) / i128::from(MICRO)).unwrap_or(0);
-        let empty = limit.saturating_sub(left);
-        let reset = Duration::from_micros(empty.saturating_mul(quota.emission_interval_micros()));
+        let left = u64::try_from(free.max(0) / i128::from(MICRO)).unwrap_or(0);
         let info = |wait| Info::new(limit, left, reset, wait);
         match self {
             Self::Allowed => Decision::Allowed(info(Duration::ZERO)),

@@ -185,6 +185,10 @@ pub struct Outgoing {
 
 /// One gateway's side of the mesh.
 ///
+/// It decides every algorithm but the sliding log ([`supports`]; a sliding-log quota is
+/// decided as GCRA, its slot as GCRA's). Its `now` must never move back: a step back holds
+/// refills, windows and holds where they were until the clock passes them again.
+///
 /// ```
 /// use ratewarden_core::{Key, Quota, Timestamp};
 /// use ratewarden_mesh::{Config, Mode, Node};
@@ -1355,9 +1359,15 @@ fn entry(slot: &Slot, origin: NodeId, view: &View) -> Entry {
     }
 }
 
-/// Whether the mesh decides `algorithm` (GCRA and the token bucket, which bound every
-/// interval the same way).
+/// Whether the mesh decides `algorithm`: every one but the sliding log, whose timestamps
+/// per unit no count or share stands for.
+///
+/// ```
+/// use ratewarden_core::Algorithm;
+/// assert!(ratewarden_mesh::supports(Algorithm::SlidingWindow));
+/// assert!(!ratewarden_mesh::supports(Algorithm::SlidingLog));
+/// ```
 #[must_use]
 pub const fn supports(algorithm: Algorithm) -> bool {
-    matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket)
+    !matches!(algorithm, Algorithm::SlidingLog)
 }

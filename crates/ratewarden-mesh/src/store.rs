@@ -241,12 +241,14 @@ async fn gossip(
 /// a shared secret. Clones share one node and one socket; the gossip stops when the last is
 /// dropped.
 ///
-/// Decides GCRA and token-bucket quotas, one limit or several together
+/// Decides every algorithm but the sliding log, one limit or several together
 /// ([`check_all`](Store::check_all): all counted or none), and reserves them
 /// ([`reserve`](Store::reserve), [`settle`](Store::settle), [`renew`](Store::renew),
-/// [`refund`](Store::refund); see [`Node::reserve`]). The window algorithms answer
-/// [`StoreErrorKind::Unsupported`], and so do [`reset`](Store::reset) and
-/// [`give_back`](Store::give_back) (a gateway cannot take back what its peers counted).
+/// [`refund`](Store::refund); see [`Node::reserve`]). The window algorithms count in windows
+/// of the wall clock (read once, at start), so gateways' windows line up as far as their
+/// clocks do. The sliding log answers [`StoreErrorKind::Unsupported`], and so do
+/// [`reset`](Store::reset) and [`give_back`](Store::give_back) (a gateway cannot take back
+/// what its peers counted).
 #[derive(Clone, Debug)]
 pub struct MeshStore {
     shared: Arc<Shared>,
@@ -357,7 +359,7 @@ fn supported(quota: &Quota) -> Result<(), StoreError> {
     } else {
         Err(StoreError::with_source(
             StoreErrorKind::Unsupported,
-            "the mesh decides GCRA and token-bucket quotas",
+            "the mesh keeps no sliding log: use the sliding window counter",
         ))
     }
 }

@@ -30,11 +30,16 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// The state checks count on for `key` under `quota`.
+    /// The state checks count on for `key` under `quota` (GCRA's for a sliding log, which
+    /// the mesh does not decide).
     pub(crate) fn checked(key: &Key, quota: &Quota) -> Self {
+        let quota = match quota.algorithm() {
+            Algorithm::SlidingLog => quota.with_algorithm(Algorithm::Gcra).unwrap_or(*quota),
+            _ => *quota,
+        };
         Self {
             key: key.clone(),
-            quota: *quota,
+            quota,
             reserved: false,
         }
     }
@@ -325,7 +330,10 @@ fn write_slot(out: &mut Vec<u8>, slot: &Slot) {
     let q = &slot.quota;
     let algorithm = match q.algorithm() {
         Algorithm::TokenBucket => 1,
-        _ => 0,
+        Algorithm::FixedWindow => 2,
+        Algorithm::SlidingWindow => 3,
+        // A slot never carries a sliding log (see `Slot::checked`).
+        Algorithm::Gcra | Algorithm::SlidingLog => 0,
     };
     out.push(algorithm | if slot.reserved { RESERVED } else { 0 });
     out.extend_from_slice(&q.count().to_le_bytes());
@@ -387,6 +395,8 @@ impl<'a> Reader<'a> {
         let algorithm = match first & !RESERVED {
             0 => Algorithm::Gcra,
             1 => Algorithm::TokenBucket,
+            2 => Algorithm::FixedWindow,
+            3 => Algorithm::SlidingWindow,
             _ => return Err(WireError::Invalid),
         };
         let (count, burst, period) = (self.u32()?, self.u32()?, self.u64()?);

@@ -120,7 +120,7 @@ async fn the_store_refuses_too_many_limits_and_the_window_algorithms() {
         .collect();
     let error = store.check_all(&many).await.unwrap_err();
     assert_eq!(error.kind(), StoreErrorKind::InvalidInput);
-    let window: Quota = "10/s fixed-window".parse().unwrap();
+    let window: Quota = "10/s sliding-log".parse().unwrap();
     let mixed = [
         Limit::new(Key::from("a"), quota, 1),
         Limit::new(Key::from("a"), window, 1),

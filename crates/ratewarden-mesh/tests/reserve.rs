@@ -340,7 +340,7 @@ async fn the_store_reserves_settles_and_refunds() {
     let second = store.reserve(&[limit(70)], hold).await.unwrap();
     assert!(second.is_allowed());
     store.release(second).await.unwrap();
-    let window = "100/h fixed-window".parse::<Quota>().unwrap();
+    let window = "100/h sliding-log".parse::<Quota>().unwrap();
     let error = store
         .reserve(&[Limit::new(key.clone(), window, 1)], hold)
         .await
