@@ -300,11 +300,12 @@ impl ShareBucket {
         }
     }
 
-    /// Takes `micros` admitted or settled: tokens first, and what they cannot take is owed.
-    const fn spend(&mut self, micros: u64) {
+    /// Takes `micros` admitted or settled: from the tokens no hold needs, and what they
+    /// cannot take is owed (so an overdraft never takes the tokens behind another hold).
+    fn spend(&mut self, micros: u64) {
         match &mut self.fill {
             Fill::Tokens { tokens, owed, .. } => {
-                let paid = if micros < *tokens { micros } else { *tokens };
+                let paid = micros.min(tokens.saturating_sub(self.held));
                 *tokens -= paid;
                 *owed = owed.saturating_add(micros - paid);
             }

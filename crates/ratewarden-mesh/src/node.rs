@@ -156,7 +156,8 @@ pub struct Dropped {
 ///
 /// A round sends each of `min(fanout, n − 1)` peers the entries that changed lately (each
 /// relayed for [`Node::relay_rounds`] rounds) and up to [`Config::repair_per_round`] repaired
-/// ones, and each peer it owes a transfer or an acknowledgement one of each per slot; every
+/// ones, one peer in turn a datagram (empty if it has nothing else for it), and each peer it
+/// owes a transfer or an acknowledgement one of each per slot; every
 /// datagram of at most [`Config::max_datagram`] bytes. In bytes: a datagram's head is 51
 /// (91 sealed), a slot `25 + k` where `k` is 9 for a number key, 17 for an IP address, 33 for
 /// a digest and `2 + len` for a short string key; an entry is a slot and 40, a transfer a
@@ -219,6 +220,8 @@ pub struct Node {
     /// Slots in the order they were made, for the repair round robin.
     order: Vec<Slot>,
     repair_at: usize,
+    /// The peer the last round reached in turn.
+    beat_at: usize,
     round: u64,
     /// When the last round was ticked (µs).
     last_round: Option<u64>,
@@ -295,6 +298,15 @@ struct Holds {
     round: u64,
 }
 
+impl Holds {
+    /// Ends the round of holds: none is left, and a ticket of the round finds none.
+    const fn end_round(&mut self) {
+        self.count = 0;
+        self.lapse_at = 0;
+        self.round += 1;
+    }
+}
+
 impl Bucket {
     fn admit(&mut self, quota: &Quota, now: u64, cost: u32, admit: Admit) -> Decision {
         match self {
@@ -333,8 +345,7 @@ impl State {
     /// Drops every hold once the latest has lapsed.
     const fn lapse(&mut self, now: u64) {
         if self.holds.count > 0 && now >= self.holds.lapse_at {
-            self.holds.count = 0;
-            self.holds.round += 1;
+            self.holds.end_round();
             self.bucket.release_all();
         }
     }
@@ -389,6 +400,7 @@ impl Node {
             slots: HashMap::default(),
             order: Vec::new(),
             repair_at: 0,
+            beat_at: me,
             round: 0,
             last_round: None,
             dropped: Dropped::default(),
@@ -397,10 +409,10 @@ impl Node {
     }
 
     /// Rounds without a datagram from a member after which escrow takes it as gone and
-    /// gives it no more shares: `3 (n - 1) / fanout + 3`, so that a live member, heard from
-    /// about every `(n - 1) / fanout` rounds, is seldom taken as gone (never where each
-    /// round reaches every peer and none is lost; 3% of the time at n = 32, fanout 3, which
-    /// only delays what it is given).
+    /// gives it no more shares: `max(3 (n - 1) / fanout, n - 1) + 3`. A live member is heard
+    /// from about every `(n - 1) / fanout` rounds, and at least every `n - 1` (each round
+    /// also reaches one peer in turn), so it is taken as gone only when datagrams are lost
+    /// (which only delays what it is given).
     ///
     /// ```
     /// use ratewarden_mesh::{Config, Mode, Node};
@@ -410,7 +422,7 @@ impl Node {
     #[must_use]
     pub fn quiet_rounds(&self) -> u64 {
         let peers = self.members.len() as u64 - 1;
-        3 * peers / self.config.fanout.max(1) as u64 + 3
+        (3 * peers / self.config.fanout.max(1) as u64).max(peers) + 3
     }
 
     /// This gateway's id.
@@ -624,6 +636,13 @@ impl Node {
     /// always finds room, save after a peer's restart took shares back). A hold that lapsed
     /// is gone; its `actual` is charged all the same. In eventual mode the charge is counted
     /// as admitted and gossiped like a check's.
+    ///
+    /// A ticket is settled once, as it came from [`reserve`](Self::reserve) (`Store::settle`
+    /// takes the reservation): one settled again while other holds of its round are live
+    /// drops units they hold, as on one exact limiter's [`Ledger`]. Once the last hold of a
+    /// round is settled the round ends, and its tickets find nothing more.
+    ///
+    /// [`Ledger`]: ratewarden_core::algorithm::Ledger
     pub fn settle(&mut self, now: Timestamp, held: &[(Limit, u64)], actual: u32) {
         let at = now.as_micros();
         let (me, relay) = (self.me, self.relay_rounds);
@@ -642,6 +661,13 @@ impl Node {
             if state.holds.round == *round && state.holds.count > 0 {
                 state.holds.count -= 1;
                 state.bucket.release(u64::from(limit.cost()));
+                if state.holds.count == 0 {
+                    // The round ends with its last hold: a ticket of it settled again, or
+                    // renewed, finds the holds made since apart from it, and they lapse by
+                    // their own time.
+                    state.holds.end_round();
+                    state.bucket.release_all();
+                }
             }
             match &mut state.bucket {
                 Bucket::Owing(bucket) => {
@@ -753,8 +779,9 @@ impl Node {
     }
 
     /// The gateways heard from since `since` (this one among them). Each round goes to
-    /// [`Config::fanout`] peers at random, so a member is heard from about every
-    /// `(n - 1) / fanout` rounds.
+    /// [`Config::fanout`] peers at random and one in turn, so a live member is heard from
+    /// about every `(n - 1) / fanout` rounds, and at least every `n - 1` where no datagram
+    /// is lost.
     #[must_use]
     pub fn live(&self, since: Timestamp) -> Vec<NodeId> {
         let since = since.as_micros();
@@ -838,6 +865,13 @@ impl Node {
         let mut peers: Vec<usize> = (0..n).filter(|&i| i != self.me).collect();
         self.rng.shuffle(&mut peers);
         peers.truncate(self.config.fanout);
+        // And one peer in turn hears that this gateway is alive, so that every member hears
+        // from every other at least every `n - 1` rounds, whatever the draws.
+        self.beat_at = (self.beat_at + 1) % n;
+        if self.beat_at == self.me {
+            self.beat_at = (self.beat_at + 1) % n;
+        }
+        let beat = self.beat_at;
         let mut gossip = Vec::new();
         for (slot, state) in &mut self.slots {
             for (origin, view) in state.views.iter_mut().enumerate() {
@@ -892,10 +926,10 @@ impl Node {
         let max = self.config.max_datagram;
         let mut out = Vec::new();
         for (i, d) in to.into_iter().enumerate() {
-            // The round's peers hear from this gateway even when it has nothing to say (it
-            // is alive); others only when it has.
+            // The round's peers, and the one in turn, hear from this gateway even when it
+            // has nothing to say (it is alive); others only when it has.
             let empty = d.entries.is_empty() && d.transfers.is_empty() && d.acks.is_empty();
-            if i == self.me || (empty && !peers.contains(&i)) {
+            if i == self.me || (empty && i != beat && !peers.contains(&i)) {
                 continue;
             }
             for bytes in d.encode(max) {

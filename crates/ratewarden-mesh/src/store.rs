@@ -147,9 +147,7 @@ impl MeshBuilder {
         // Both above what this gateway's run before used (time has moved on).
         config.first_sequence = sequence_start();
         config.incarnation = config.first_sequence;
-        let fanout = config.fanout;
         let shared = Arc::new(Shared {
-            fanout,
             node: Mutex::new(Node::new(id, &members, config)),
             clock: MonotonicClock::new(),
             interval: self.interval,
@@ -183,7 +181,6 @@ struct Shared {
     node: Mutex<Node>,
     clock: MonotonicClock,
     interval: Duration,
-    fanout: usize,
     addr: SocketAddr,
 }
 
@@ -285,16 +282,17 @@ impl MeshStore {
         self.shared.node().members().to_vec()
     }
 
-    /// The members heard from lately, this one among them: in the last `3 + 2 × (n − 1) /
-    /// fanout` gossip intervals (each round goes to `fanout` peers at random).
+    /// The members heard from lately, this one among them: in the last `2 × (n − 1) + 3`
+    /// gossip intervals. Each round reaches one peer in turn (beside `fanout` at random), so
+    /// a live member is left out only when two of its rounds in turn, and every other
+    /// datagram from it for as long, are lost.
     #[must_use]
     pub fn live(&self) -> Vec<NodeId> {
         let now = self.shared.clock.now().as_nanos();
         let rounds = {
             let node = self.shared.node();
             let others = u32::try_from(node.members().len() - 1).unwrap_or(u32::MAX);
-            let fanout = u32::try_from(self.shared.fanout.max(1)).unwrap_or(u32::MAX);
-            3 + 2 * others.div_ceil(fanout)
+            2 * others + 3
         };
         let window = u64::try_from((self.shared.interval * rounds).as_nanos()).unwrap_or(u64::MAX);
         let since = Timestamp::from_nanos(now.saturating_sub(window));

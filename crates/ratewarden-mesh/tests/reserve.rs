@@ -347,3 +347,41 @@ async fn the_store_reserves_settles_and_refunds() {
         .unwrap_err();
     assert_eq!(error.kind(), StoreErrorKind::Unsupported);
 }
+
+/// A settle that ends a key's last hold ends its round, as on one exact limiter: a ticket
+/// settled again, or renewed late, finds the holds made since apart from it, and neither
+/// frees nor keeps them.
+#[test]
+fn a_settle_that_ends_the_last_hold_ends_its_round() {
+    let quota: Quota = "100/h".parse().unwrap();
+    let key = Key::from("k");
+    let limit = |cost| Limit::new(key.clone(), quota, cost);
+    let hold = Duration::from_secs(600);
+    let at = |s: u64| Timestamp::from_micros(s * SECOND);
+    for mode in [Mode::Escrow, Mode::Eventual] {
+        let mut node = Node::new(1, &[1], Config::new(mode));
+        let a = node.reserve(at(0), &[limit(60)], hold).unwrap();
+        node.settle(at(0), a.held(), 60);
+        let b = node.reserve(at(0), &[limit(40)], hold).unwrap();
+        assert!(b.is_allowed());
+        // A's ticket again: B's hold stays, so another 40 does not fit.
+        node.settle(at(0), a.held(), 0);
+        let c = node.reserve(at(0), &[limit(40)], hold).unwrap();
+        assert!(
+            !c.is_allowed(),
+            "{mode:?}: a stale settle freed a live hold"
+        );
+        node.settle(at(0), b.held(), 0);
+        // A late renewal of a settled hold keeps no hold made since.
+        let d = node
+            .reserve(at(1), &[limit(30)], Duration::from_secs(10))
+            .unwrap();
+        assert!(d.is_allowed());
+        node.renew(at(1), a.held(), Duration::from_secs(3_600));
+        let e = node.reserve(at(12), &[limit(40)], hold).unwrap();
+        assert!(
+            e.is_allowed(),
+            "{mode:?}: a stale renewal kept a lapsed hold"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 /// How many gateways share a [`FailureMode::fallback`](super::FailureMode::fallback)'s
@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 /// (the gateways a mesh hears from, or any source): then `n` follows the fleet as gateways
 /// die or are added, and a gateway left alone enforces the whole quota.
 ///
-/// A live count is read at most once a second, and a new count is adopted once every reading
-/// over [`SETTLE`](Self::SETTLE) has agreed with it, so that a count that flaps moves `n` at
-/// most once per `SETTLE`. Each move starts every key's local count afresh under its new
+/// A live count is read at most once a second, on a request the fallback decides, and a new
+/// count is adopted once every reading over [`SETTLE`](Self::SETTLE), none more than 2 s
+/// after the one before, has agreed with it, so that a count that flaps moves `n` at most
+/// once per `SETTLE`, and the first fallback after a quiet time takes the number adopted
+/// before it for `SETTLE` at least. Each move starts every key's local count afresh under its new
 /// share: at most `⌈burst / n⌉` more per key per move, beside the fallback's bound (see
 /// [`FailureMode`](super::FailureMode)). A count lower than the gateways deciding (a
 /// partition, where each side hears only itself) gives each side the share of its own size:
@@ -45,6 +47,9 @@ enum Source {
     Fixed(NonZeroU32),
     Live(Arc<Live>),
 }
+
+/// Readings further apart than this start a count's wait again.
+const GAP: Duration = Duration::from_secs(2);
 
 /// A live count and the number adopted from it.
 struct Live {
@@ -138,16 +143,22 @@ impl Instances {
 
 impl Live {
     fn get(&self) -> NonZeroU32 {
-        // One request reads the count; the others take the number adopted.
-        if let Ok(mut readings) = self.readings.try_lock() {
+        // One request reads the count; the others take the number adopted. A count that
+        // panicked while read leaves the readings as they were, read again next time.
+        let readings = match self.readings.try_lock() {
+            Ok(readings) => Some(readings),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut readings) = readings {
             let now = Instant::now();
-            if readings
-                .read_at
-                .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
-            {
+            let since_last = readings.read_at.map(|at| now.duration_since(at));
+            if since_last.is_none_or(|gap| gap >= Duration::from_secs(1)) {
                 readings.read_at = Some(now);
                 let reading = (self.count)();
-                if reading != readings.last {
+                // Readings far apart say nothing of the time between them.
+                let continuous = since_last.is_some_and(|gap| gap <= GAP);
+                if reading != readings.last || !continuous {
                     readings.last = reading;
                     readings.since = now;
                 } else if now.duration_since(readings.since) >= self.settle {
@@ -203,5 +214,48 @@ mod tests {
         std::thread::sleep(Duration::from_millis(1_000));
         assert_eq!(instances.get().get(), 1, "held for 1.5 s and more");
         assert_eq!(format!("{instances:?}"), "live (1)");
+    }
+
+    /// Readings far apart say nothing of the time between them: a count is adopted only
+    /// once readings a second or two apart have agreed for the whole wait.
+    #[test]
+    fn readings_far_apart_restart_the_wait() {
+        let members = Arc::new(AtomicU32::new(4));
+        let source = Arc::clone(&members);
+        let instances = Instances::live_settling(
+            NonZeroU32::new(4).unwrap_or(NonZeroU32::MIN),
+            move || NonZeroU32::new(source.load(Ordering::Relaxed)).unwrap_or(NonZeroU32::MIN),
+            Duration::from_millis(1_500),
+        );
+        members.store(2, Ordering::Relaxed);
+        assert_eq!(instances.get().get(), 4);
+        // No reading for 2.5 s (no request fell back), then one that agrees.
+        std::thread::sleep(Duration::from_millis(2_500));
+        assert_eq!(instances.get().get(), 4, "two readings 2.5 s apart adopted");
+    }
+
+    /// A count that panics while it is read is read again by the next request: the panic
+    /// never freezes the number.
+    #[test]
+    fn a_count_that_panicked_is_read_again() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let seen = Arc::clone(&calls);
+        let instances = Instances::live_settling(
+            NonZeroU32::new(4).unwrap_or(NonZeroU32::MIN),
+            move || {
+                assert!(
+                    seen.fetch_add(1, Ordering::Relaxed) > 0,
+                    "the first reading fails"
+                );
+                NonZeroU32::MIN
+            },
+            Duration::ZERO,
+        );
+        let first = instances.clone();
+        assert!(std::thread::spawn(move || first.get()).join().is_err());
+        std::thread::sleep(Duration::from_millis(1_100));
+        let _ = instances.get();
+        std::thread::sleep(Duration::from_millis(1_100));
+        assert_eq!(instances.get().get(), 1);
     }
 }
