@@ -8,7 +8,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
-use ratewarden_core::{Key, Quota, Timestamp};
+use ratewarden_core::algorithm::{AlgorithmState, FixedWindowState, SlidingWindowState};
+use ratewarden_core::{Algorithm, Key, Quota, Timestamp};
 use ratewarden_mesh::{Config, Mode, Node};
 
 /// The network between gateways.
@@ -261,8 +262,18 @@ pub fn run(s: &Scenario) -> Report {
         .map(|node| node.share(&key, &s.quota).unwrap_or(0))
         .collect();
     report.admitted = admitted.len();
-    report.excess = excess(&s.quota, &admitted);
-    report.ideal = ideal(&s.quota, &s.requests);
+    // The window algorithms count in the gateways' windows: with clocks in step (offsets
+    // equal modulo the period), those of the first gateway's clock.
+    let phase = match s.quota.algorithm() {
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+            s.offsets.first().map_or(0, |o| o % s.quota.period_micros())
+        }
+        _ => 0,
+    };
+    let shifted: Vec<u64> = admitted.iter().map(|at| at + phase).collect();
+    report.excess = excess(&s.quota, &shifted);
+    let requests: Vec<(u64, usize)> = s.requests.iter().map(|&(at, i)| (at + phase, i)).collect();
+    report.ideal = ideal(&s.quota, &requests);
     report.admitted_in_delay = most_within(&admitted, report.delay);
     report
 }
@@ -286,11 +297,47 @@ impl Ord for Slot {
     }
 }
 
-/// The most units admitted above `B + rate × t` in any interval: a bucket of `B` refilled
-/// at the quota's rate and charged one unit per admission (allowed below zero) sinks, at its
-/// lowest, this far below zero. Exact: counted in units × period µs.
+/// The most units admitted above what the quota's algorithm allows, exactly (units ×
+/// period µs): for GCRA and the token bucket, above `B + rate × t` in any interval (a bucket
+/// of `B` refilled at the quota's rate and charged one unit per admission, allowed below
+/// zero, sinks at its lowest this far below zero); for the fixed window, above the count in
+/// any window; for the sliding window counter, above the count as the counter reckons the
+/// admissions just after any of them (the window before weighed by its overlap).
 #[must_use]
 pub fn excess(quota: &Quota, admitted: &[u64]) -> f64 {
+    match quota.algorithm() {
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => window_excess(quota, admitted),
+        _ => bucket_excess(quota, admitted),
+    }
+}
+
+fn window_excess(quota: &Quota, admitted: &[u64]) -> f64 {
+    let period = u128::from(quota.period_micros());
+    let sliding = quota.algorithm() == Algorithm::SlidingWindow;
+    let count = u128::from(quota.count()) * period;
+    let mut worst: u128 = 0;
+    // Admissions per window, in order.
+    let (mut window, mut current, mut previous) = (0_u128, 0_u128, 0_u128);
+    for &at in admitted {
+        let w = u128::from(at) / period;
+        if w != window {
+            previous = if w == window + 1 { current } else { 0 };
+            current = 0;
+            window = w;
+        }
+        current += 1;
+        let left = if sliding {
+            period - u128::from(at) % period
+        } else {
+            0
+        };
+        let counted = current * period + previous * left;
+        worst = worst.max(counted.saturating_sub(count));
+    }
+    worst as f64 / period as f64
+}
+
+fn bucket_excess(quota: &Quota, admitted: &[u64]) -> f64 {
     let period = u128::from(quota.period_micros());
     let cap = i128::try_from(u128::from(quota.burst()) * period).unwrap_or(i128::MAX);
     let mut level = cap;
@@ -305,9 +352,30 @@ pub fn excess(quota: &Quota, admitted: &[u64]) -> f64 {
     (-lowest).max(0) as f64 / period as f64
 }
 
-/// Requests one exact limiter (a token bucket of the quota) admits.
+/// Requests one exact limiter of the quota admits (a token bucket, or the window
+/// algorithm's state).
 #[must_use]
 pub fn ideal(quota: &Quota, requests: &[(u64, usize)]) -> usize {
+    match quota.algorithm() {
+        Algorithm::FixedWindow => admitted_by::<FixedWindowState>(quota, requests),
+        Algorithm::SlidingWindow => admitted_by::<SlidingWindowState>(quota, requests),
+        _ => bucket_ideal(quota, requests),
+    }
+}
+
+fn admitted_by<S: AlgorithmState + Default>(quota: &Quota, requests: &[(u64, usize)]) -> usize {
+    let mut state = S::default();
+    requests
+        .iter()
+        .filter(|&&(at, _)| {
+            state
+                .check(Timestamp::from_micros(at), 1, quota)
+                .is_allowed()
+        })
+        .count()
+}
+
+fn bucket_ideal(quota: &Quota, requests: &[(u64, usize)]) -> usize {
     let period = i128::from(quota.period_micros());
     let cap = i128::from(quota.burst()) * period;
     let (mut level, mut last, mut admitted) = (cap, 0_u64, 0);
@@ -395,12 +463,27 @@ pub fn quota() -> Quota {
     Quota::new(100, Duration::from_secs(60)).unwrap()
 }
 
+/// The quota window cells use: 100 per 10 s, so that a 20 s run crosses windows.
+///
+/// # Panics
+///
+/// Never: the quota is a constant.
+#[must_use]
+#[allow(clippy::unwrap_used)]
+pub fn window_quota(algorithm: Algorithm) -> Quota {
+    Quota::new(100, Duration::from_secs(10))
+        .and_then(|q| q.with_algorithm(algorithm))
+        .unwrap()
+}
+
 /// One cell of a grid: `traces` random runs of `mode` for `n` gateways, gossip every
 /// `interval` µs, `loss` lost.
 #[derive(Clone, Copy, Debug)]
 pub struct Cell {
     /// The mode.
     pub mode: Mode,
+    /// The algorithm: GCRA's cells use [`quota`], the window algorithms' [`window_quota`].
+    pub algorithm: Algorithm,
     /// Gateways.
     pub n: usize,
     /// Gossip interval, µs.
@@ -440,18 +523,32 @@ pub struct Summary {
     pub bytes_per_round: f64,
 }
 
-/// The eventual mode's stated bound for a run: `min((N − 1) × (B + rate × D), admitted within D)`.
+/// The eventual mode's stated bound for a run: `min((N − 1) × (B + rate × D), admitted
+/// within D)`; for the window algorithms `min((N − 1) × count, admitted within D)`.
 #[must_use]
 pub fn eventual_bound(quota: &Quota, n: usize, report: &Report) -> f64 {
     let rate = f64::from(quota.count()) / quota.period_micros() as f64; // units per µs
-    let spread = (n - 1) as f64 * (f64::from(quota.burst()) + rate * report.delay as f64);
+    let spread = match quota.algorithm() {
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+            (n - 1) as f64 * f64::from(quota.count())
+        }
+        _ => (n - 1) as f64 * (f64::from(quota.burst()) + rate * report.delay as f64),
+    };
     spread.min(report.admitted_in_delay as f64)
 }
 
 /// Runs a cell.
 #[must_use]
 pub fn cell(c: Cell) -> Summary {
-    let quota = quota();
+    let windows = matches!(
+        c.algorithm,
+        Algorithm::FixedWindow | Algorithm::SlidingWindow
+    );
+    let quota = match windows {
+        true => window_quota(c.algorithm),
+        false => quota(),
+    };
+    let period = quota.period_micros();
     let duration = 20_000_000;
     let mut sum = Summary {
         traces: c.traces,
@@ -470,7 +567,17 @@ pub fn cell(c: Cell) -> Summary {
             network: Network::flat(c.n, 1_000, c.loss),
             requests: requests(&mut rng, c.n, &quota, duration),
             duration,
-            offsets: (0..c.n).map(|_| rng.u64(0..3_600_000_000)).collect(),
+            // Clocks up to an hour apart; for the window algorithms, by whole periods (the
+            // windows line up as far as clocks agree: here, in step).
+            offsets: {
+                let phase = rng.u64(0..period);
+                (0..c.n)
+                    .map(|_| match windows {
+                        true => phase + rng.u64(0..360) * period,
+                        false => rng.u64(0..3_600_000_000),
+                    })
+                    .collect()
+            },
             seed,
             heal: None,
         };

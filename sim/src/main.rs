@@ -1,10 +1,10 @@
 //! Runs the mesh's grids and prints their tables (BENCHMARKS.md).
 //!
 //! `cargo run --release -p ratewarden-sim [TRACES] [TABLE]`: 1,000 runs a cell by default,
-//! every table unless one of `claims`, `bytes`, `grids`, `held`, `convergence` or `regions` is
-//! named.
+//! every table unless one of `claims`, `bytes`, `grids`, `windows`, `held`, `convergence` or
+//! `regions` is named.
 
-use ratewarden_core::{Key, Quota, Timestamp};
+use ratewarden_core::{Algorithm, Key, Quota, Timestamp};
 use ratewarden_mesh::{Config, Mode, Node};
 use ratewarden_sim::{
     Cell, Network, Scenario, cell, convergence, eventual_bound, held, moved, quota, regions, run,
@@ -24,6 +24,9 @@ fn main() {
     }
     if wanted("grids") {
         grids(traces);
+    }
+    if wanted("windows") {
+        windows(traces);
     }
     if wanted("held") {
         held_demand(traces.min(20));
@@ -48,6 +51,7 @@ fn grids(traces: usize) {
                 for loss in [0.0, 0.05] {
                     let s = cell(Cell {
                         mode,
+                        algorithm: Algorithm::Gcra,
                         n,
                         interval,
                         loss,
@@ -65,6 +69,43 @@ fn grids(traces: usize) {
                         s.admitted as f64 / s.ideal.max(1) as f64,
                         s.worst_shortfall,
                         s.bytes_per_round,
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn windows(traces: usize) {
+    println!(
+        "\nThe window algorithms, quota 100 per 10 s, 20 s runs, gossip every 100 ms, clocks in step, {traces} runs a cell\n"
+    );
+    println!(
+        "| algorithm | mode | N | loss | worst excess | mean excess | runs over bound | longest delay D | admitted / exact limiter |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        for mode in [Mode::Escrow, Mode::Eventual] {
+            for n in [3, 10, 32] {
+                for loss in [0.0, 0.05] {
+                    let s = cell(Cell {
+                        mode,
+                        algorithm,
+                        n,
+                        interval: 100_000,
+                        loss,
+                        traces,
+                        seed: 1,
+                    });
+                    println!(
+                        "| {} | {mode:?} | {n} | {:.0}% | {:.2} | {:.2} | {} | {} ms | {:.3} |",
+                        algorithm.as_str(),
+                        loss * 100.0,
+                        s.worst_excess,
+                        s.mean_excess,
+                        s.over_bound,
+                        s.worst_delay / 1_000,
+                        s.admitted as f64 / s.ideal.max(1) as f64,
                     );
                 }
             }

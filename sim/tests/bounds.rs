@@ -1,6 +1,7 @@
 //! A seeded subset of the simulator's grids (`cargo run --release -p ratewarden-sim` runs
 //! them whole): every stated bound of the mesh's modes, checked on the real protocol core.
 
+use ratewarden_core::Algorithm;
 use ratewarden_mesh::Mode;
 use ratewarden_sim::{Cell, cell, convergence, eventual_bound, held, moved, quota, regions, run};
 
@@ -13,6 +14,7 @@ fn cells(mode: Mode) -> impl Iterator<Item = Cell> {
             .flat_map(move |interval| {
                 [0.0, 0.05].into_iter().map(move |loss| Cell {
                     mode,
+                    algorithm: Algorithm::Gcra,
                     n,
                     interval,
                     loss,
@@ -130,5 +132,43 @@ fn a_partitioned_region_stays_within_each_modes_bound() {
             "eventual heal lag {}",
             eventual.heal_lag
         );
+    }
+}
+
+/// The window algorithms keep their bounds on random traces: escrow never goes over the
+/// count in a fixed window, nor under the sliding window counter at any admission, and
+/// admits at least 0.75 of what one exact limiter admits; eventual stays within `min((N −
+/// 1) × count, admitted within D)` and leaves nothing unused.
+#[test]
+fn the_window_algorithms_keep_their_bounds() {
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        for mode in [Mode::Escrow, Mode::Eventual] {
+            for n in [3, 10, 32] {
+                for loss in [0.0, 0.05] {
+                    let c = Cell {
+                        mode,
+                        algorithm,
+                        n,
+                        interval: 100_000,
+                        loss,
+                        traces: TRACES,
+                        seed: 9_000,
+                    };
+                    let s = cell(c);
+                    assert_eq!(s.over_bound, 0, "{c:?}: {s:?}");
+                    if mode == Mode::Escrow {
+                        assert_eq!(s.worst_excess, 0.0, "{c:?}: {s:?}");
+                        assert_eq!(s.shares_over_whole, 0, "{c:?}: {s:?}");
+                    }
+                    // Escrow: 0.81-0.99 of one exact limiter; eventual leaves nothing unused.
+                    let used = s.admitted as f64 / s.ideal as f64;
+                    let least = if mode == Mode::Escrow { 0.75 } else { 0.98 };
+                    assert!(
+                        used >= least,
+                        "{c:?}: admitted {used:.3} of the exact limiter's"
+                    );
+                }
+            }
+        }
     }
 }

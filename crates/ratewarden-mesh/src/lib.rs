@@ -69,12 +69,13 @@
 //!   so each gateway's count stays within its share and the fleet's, the sum, within the
 //!   count: **over the quota: never**, in any fixed window, and at any instant for the
 //!   sliding window counter (the fleet's admissions counted as one limiter counts them, the
-//!   window before weighed by its overlap, not rounded up), with clocks in step; with
+//!   window before weighed by its overlap, exactly), with clocks in step; with
 //!   clocks `δ` apart, a fleet window is one gateway's give or take `δ` at each end.
 //!   **Unused**: as for GCRA, shares follow demand; a share spent in a window is given only
 //!   once the windows stop counting it. Over five minutes of demand moving between
 //!   gateways under 5% loss, the fleet admits 0.99-1.00 (fixed window) and 0.88-0.92
-//!   (sliding window) of what one exact limiter admits (a test checks at least 0.8).
+//!   (sliding window) of what one exact limiter admits (a test checks at least 0.8); over
+//!   the simulator's random traces of bursts, 0.78-0.97 (at least 0.75 checked).
 //! - **Eventual**: each gateway counts its own units and its peers' as it hears of them,
 //!   in the window it hears of them, against the whole count. A unit admitted elsewhere is
 //!   counted everywhere within `D`, in a window no earlier than its own, so **over the

@@ -7,8 +7,8 @@ use ratewarden_core::{Algorithm, Quota};
 
 /// Units spent in windows of the quota's period aligned to the clock's epoch (window `now /
 /// period`). The fixed window counts the current window; the sliding window counter adds
-/// the window before, weighted by how much of it the sliding window still covers (not
-/// rounded up: micro-units are fine enough).
+/// the window before, weighted by how much of it the sliding window still covers (rounded
+/// up to a micro-unit).
 ///
 /// What is counted only falls as time passes (the window before weighs less, then is
 /// dropped), so a count kept within a capacity stays within it until more is added. A
@@ -53,7 +53,9 @@ impl Spent {
             return self.current.saturating_add(self.previous);
         }
         let left = u128::from(period - now % period);
-        let weighted = u128::from(self.previous) * left / u128::from(period);
+        // Rounded up, so that the counts of several gateways never add up to less than the
+        // whole fleet's.
+        let weighted = (u128::from(self.previous) * left).div_ceil(u128::from(period));
         self.current
             .saturating_add(u64::try_from(weighted).unwrap_or(u64::MAX))
     }
