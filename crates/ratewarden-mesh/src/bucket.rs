@@ -423,6 +423,16 @@ impl ShareBucket {
         part - dropped
     }
 
+    /// Takes back `part` of the share given to a peer's run before its restart, with nothing
+    /// to spend: no tokens, and for the window algorithms counted as spent in the current
+    /// window (that run may have spent it there).
+    pub(crate) fn take_back(&mut self, quota: &Quota, now: u64, part: u64) {
+        self.add(quota, now, part, 0);
+        if let Fill::Spent(spent) = &mut self.fill {
+            spent.add(u64::from(quota.burst()).saturating_mul(part));
+        }
+    }
+
     /// Adds a share and its tokens given by a peer.
     pub(crate) fn add(&mut self, quota: &Quota, now: u64, part: u64, more: u64) {
         self.refill(quota, now);

@@ -69,13 +69,17 @@
 //!   so each gateway's count stays within its share and the fleet's, the sum, within the
 //!   count: **over the quota: never**, in any fixed window, and at any instant for the
 //!   sliding window counter (the fleet's admissions counted as one limiter counts them, the
-//!   window before weighed by its overlap, exactly), with clocks in step; with
+//!   window before weighed by its overlap, exactly; save the rounding stated above, a few
+//!   millionths of a unit, where shares hold whole units), with clocks in step; with
 //!   clocks `δ` apart, a fleet window is one gateway's give or take `δ` at each end.
 //!   **Unused**: as for GCRA, shares follow demand; a share spent in a window is given only
 //!   once the windows stop counting it. Over five minutes of demand moving between
 //!   gateways under 5% loss, the fleet admits 0.99-1.00 (fixed window) and 0.88-0.92
 //!   (sliding window) of what one exact limiter admits (a test checks at least 0.8); over
-//!   the simulator's random traces of bursts, 0.78-0.97 (at least 0.75 checked).
+//!   the simulator's random traces of bursts, 0.78-0.97 (at least 0.75 checked). After a
+//!   peer's restart, a share taken back counts as spent in the current window (its run
+//!   before may have spent it there): the window admits at most the restarted gateway's
+//!   first share more, as above.
 //! - **Eventual**: each gateway counts its own units and its peers' as it hears of them,
 //!   in the window it hears of them, against the whole count. A unit admitted elsewhere is
 //!   counted everywhere within `D`, in a window no earlier than its own, so **over the
@@ -83,6 +87,11 @@
 //!   count` at most, and at most the units requested across the fleet in any `D`.
 //!   **Unused**: units heard of in the window after their own count in it too (at most
 //!   what the fleet admits in the last `D` of a window).
+//!
+//! A reservation's overdraft on a window quota counts in the window it is settled in (and,
+//! for the sliding window counter, weighs on the next), as the windows count everything:
+//! unlike one exact limiter's [`Ledger`](ratewarden_core::algorithm::Ledger), no debt
+//! outlives them. A refund comes off the current window only.
 //!
 //! # Reservations
 //!
@@ -98,7 +107,7 @@
 //!   So a settle at or below the units held always finds them, and **over the quota: never**,
 //!   as for checks, but for what a settle above its estimate (the overdraft) or after its
 //!   hold lapsed charges: owed, repaid before anything new is admitted, as on one exact
-//!   limiter; after a peer's restart, a share taken back may leave a hold short, and its
+//!   limiter (the window algorithms: see above); after a peer's restart, a share taken back may leave a hold short, and its
 //!   settle owes the rest. **Unused**: a hold takes room in its gateway's share for its
 //!   request's time, so a share of few units holds few requests at once: where the burst
 //!   gives each gateway asking 10 units, three gateways with the demand moving between them

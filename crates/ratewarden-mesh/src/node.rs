@@ -1141,7 +1141,7 @@ impl Node {
                     let back = given - received;
                     let repaid = state.debt.min(back);
                     state.debt -= repaid;
-                    bucket.add(&slot.quota, now, back - repaid, 0);
+                    bucket.take_back(&slot.quota, now, back - repaid);
                 }
             }
             state.received[from] = (0, 0);

@@ -65,15 +65,10 @@ impl Spent {
         self.current = self.current.saturating_add(micros);
     }
 
-    /// Counts `micros` fewer: from the current window, then the one before.
+    /// Counts `micros` fewer in the current window (as one exact limiter refunds: the
+    /// window before stays as it was).
     pub(crate) const fn take_back(&mut self, micros: u64) {
-        let from_current = if micros < self.current {
-            micros
-        } else {
-            self.current
-        };
-        self.current -= from_current;
-        self.previous = self.previous.saturating_sub(micros - from_current);
+        self.current = self.current.saturating_sub(micros);
     }
 
     /// How long until nothing is counted.

@@ -254,3 +254,45 @@ fn a_window_quota_holds_and_settles() {
     let later = mesh[0].reserve(at(61), &[limit(2)], hold).unwrap();
     assert!(later.is_allowed());
 }
+
+/// A gateway that restarts within a window its run before spent: the share its peer takes
+/// back comes spent for that window, so the window admits at most the count and the
+/// restarted gateway's fresh first share.
+#[test]
+fn a_restart_within_a_window_adds_no_more_than_the_first_share() {
+    for text in ["10/min fixed-window", "10/min sliding-window"] {
+        let quota: Quota = text.parse().unwrap();
+        let key = Key::from("k");
+        let mut mesh = nodes(2, Mode::Escrow);
+        let mut next = rng(11);
+        let mut admitted = 0;
+        let mut t = 0;
+        // Only gateway 2 asks: gateway 1 gives it its share, and it spends the count.
+        while t < 5 * SECOND {
+            admitted += u64::from(
+                mesh[1]
+                    .check(Timestamp::from_micros(t), &key, &quota, 1)
+                    .unwrap()
+                    .is_allowed(),
+            );
+            round(&mut mesh, Timestamp::from_micros(t), 0, &mut next);
+            t += INTERVAL;
+        }
+        let mut config = Config::new(Mode::Escrow);
+        config.fanout = 2;
+        config.incarnation = 1_000_000;
+        mesh[1] = Node::new(2, &[1, 2], config);
+        while t < 50 * SECOND {
+            for node in &mut mesh {
+                admitted += u64::from(
+                    node.check(Timestamp::from_micros(t), &key, &quota, 1)
+                        .unwrap()
+                        .is_allowed(),
+                );
+            }
+            round(&mut mesh, Timestamp::from_micros(t), 0, &mut next);
+            t += INTERVAL;
+        }
+        assert!(admitted <= 15, "{text}: {admitted} in one window of 10");
+    }
+}
