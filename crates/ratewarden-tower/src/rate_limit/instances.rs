@@ -189,8 +189,8 @@ impl fmt::Debug for Instances {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_live_count_is_adopted_once_it_has_held() {
+    /// A live count of 4, read from the counter it returns, adopted after 1.5 s.
+    fn four_settling_in_1_5_s() -> (Arc<AtomicU32>, Instances) {
         let members = Arc::new(AtomicU32::new(4));
         let source = Arc::clone(&members);
         let instances = Instances::live_settling(
@@ -198,6 +198,12 @@ mod tests {
             move || NonZeroU32::new(source.load(Ordering::Relaxed)).unwrap_or(NonZeroU32::MIN),
             Duration::from_millis(1_500),
         );
+        (members, instances)
+    }
+
+    #[test]
+    fn a_live_count_is_adopted_once_it_has_held() {
+        let (members, instances) = four_settling_in_1_5_s();
         assert_eq!(instances.get().get(), 4);
         members.store(1, Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(1_000));
@@ -220,13 +226,7 @@ mod tests {
     /// once readings a second or two apart have agreed for the whole wait.
     #[test]
     fn readings_far_apart_restart_the_wait() {
-        let members = Arc::new(AtomicU32::new(4));
-        let source = Arc::clone(&members);
-        let instances = Instances::live_settling(
-            NonZeroU32::new(4).unwrap_or(NonZeroU32::MIN),
-            move || NonZeroU32::new(source.load(Ordering::Relaxed)).unwrap_or(NonZeroU32::MIN),
-            Duration::from_millis(1_500),
-        );
+        let (members, instances) = four_settling_in_1_5_s();
         members.store(2, Ordering::Relaxed);
         assert_eq!(instances.get().get(), 4);
         // No reading for 2.5 s (no request fell back), then one that agrees.
