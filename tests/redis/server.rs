@@ -197,11 +197,12 @@ async fn a_corrupt_state_is_a_denial_and_is_replaced_never_unlimited() {
             }
             let first = store.check(&key, &quota, 1).await.unwrap();
             assert!(!first.is_allowed(), "{algorithm} {garbage}: {first:?}");
-            // Replaced: a state of the right shape, with a TTL (-2: it has expired already,
-            // as a fixed window's state does at its window's end, which may be a moment away).
+            // Replaced: a state of the right shape, with a TTL (0: under a millisecond left;
+            // -2: it has expired already, as a fixed window's state does at its window's end,
+            // which may be a moment away).
             let ttl: i64 = conn.pttl(&name).await.unwrap();
             assert!(
-                ttl > 0 || ttl == -2,
+                ttl >= 0 || ttl == -2,
                 "{algorithm} {garbage}: no TTL ({ttl})"
             );
             victims.push((key, quota));
