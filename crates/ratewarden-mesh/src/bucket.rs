@@ -140,7 +140,11 @@ impl OwingBucket {
                 }
             })
         };
-        let free = self.left(quota, now) - i128::from(self.held);
+        // What is free now: less what was just charged or held (not reckoned again).
+        let free = match outcome {
+            Outcome::Allowed => free - i128::from(need),
+            _ => free,
+        };
         outcome.decision(free, self.reset(quota, now), quota)
     }
 
@@ -339,7 +343,11 @@ impl ShareBucket {
                     .unwrap_or(SHARE_WAIT),
             })
         };
-        let free = i128::from(self.free(quota, now));
+        // What is free now: less what was just charged or held (not reckoned again).
+        let free = i128::from(match outcome {
+            Outcome::Allowed => free - need,
+            _ => free,
+        });
         let reset = match &self.fill {
             Fill::Tokens { tokens, .. } => tokens_reset(tokens / MICRO, quota),
             Fill::Spent(spent) => spent.reset(quota, now),
