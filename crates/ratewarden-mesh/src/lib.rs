@@ -154,6 +154,15 @@
 //!   have heard of until it has heard its old running total back (relayed or repaired) and
 //!   counts on from there: for its keys `D` grows by up to one repair cycle (slots ÷
 //!   [`Config::repair_per_round`] rounds).
+//!
+//!   A gateway that hears of a peer's running total for the first time (it is new to the
+//!   key, or restarted) charges at most the burst and a period's count of it, and nothing
+//!   once the peer's last admission weighs no more: each entry tells how long ago its origin
+//!   last admitted (a duration, so clocks need not agree), and for the windows that is once
+//!   its window no longer counts (the sliding counter's window before still does), for GCRA
+//!   and the token bucket once `N` times the time the quota takes to drain a burst and a
+//!   period's count has passed. So a key idle that long costs a restarted gateway nothing,
+//!   and one spent lately is charged as before.
 //! - **A gateway that dies keeps its share.** Escrow takes a member not heard from for
 //!   [`Node::quiet_rounds`] as gone and gives it nothing more, but what it held when it died
 //!   is unused until it comes back: at most its share of the quota, which is `1 / N` unless

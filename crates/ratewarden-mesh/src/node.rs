@@ -11,6 +11,7 @@ use ratewarden_core::{
 
 use crate::bucket::{Admit, MICRO, OwingBucket, ShareBucket, WHOLE};
 use crate::seal::{MIN_SECRET, Sealer, Window};
+use crate::window::may_weigh;
 use crate::wire::{Ack, Datagram, Entry, NodeId, Slot, Transfer, WireError};
 
 /// How gateways share a quota.
@@ -331,14 +332,17 @@ impl Bucket {
 }
 
 impl State {
-    /// Eventual: counts `units` this gateway admitted, to be gossiped.
-    fn announce(&mut self, me: usize, relay: u8, units: u32) {
+    /// Eventual: counts `units` this gateway admitted at `now`, to be gossiped: its running
+    /// total, and when it last admitted (for a peer that hears of the total for the first
+    /// time).
+    fn announce(&mut self, me: usize, relay: u8, now: u64, units: u32) {
         if units == 0 {
             return;
         }
         let own = &mut self.views[me];
         own.a += u64::from(units);
         own.version = own.a;
+        own.c = own.c.max(now);
         own.hot = relay;
     }
 
@@ -504,7 +508,7 @@ impl Node {
         let decision = state.bucket.admit(&quota, now, cost, admit);
         match state.bucket {
             Bucket::Owing(_) if decision.is_allowed() && admit == Admit::Charge => {
-                state.announce(me, relay, cost);
+                state.announce(me, relay, now, cost);
             }
             Bucket::Owing(_) => {}
             Bucket::Share(_) => state.ask(cost, &decision),
@@ -672,7 +676,7 @@ impl Node {
             match &mut state.bucket {
                 Bucket::Owing(bucket) => {
                     bucket.owe(&quota, at, u64::from(actual));
-                    state.announce(me, relay, actual);
+                    state.announce(me, relay, at, actual);
                 }
                 Bucket::Share(bucket) => bucket.charge(&quota, at, actual),
             }
@@ -872,12 +876,14 @@ impl Node {
             self.beat_at = (self.beat_at + 1) % n;
         }
         let beat = self.beat_at;
+        // Eventual: an entry tells how long ago its origin last admitted, on no one's clock.
+        let age = (self.config.mode == Mode::Eventual).then_some(now);
         let mut gossip = Vec::new();
         for (slot, state) in &mut self.slots {
             for (origin, view) in state.views.iter_mut().enumerate() {
                 if view.hot > 0 {
                     view.hot -= 1;
-                    gossip.push(entry(slot, self.members[origin], view));
+                    gossip.push(entry(slot, self.members[origin], view, age));
                 }
             }
         }
@@ -894,7 +900,7 @@ impl Node {
             if let Some(state) = self.slots.get(slot) {
                 for (origin, view) in state.views.iter().enumerate() {
                     if view.hot == 0 && view.version > 0 {
-                        gossip.push(entry(slot, self.members[origin], view));
+                        gossip.push(entry(slot, self.members[origin], view, age));
                         repaired += 1;
                     }
                 }
@@ -1015,7 +1021,7 @@ impl Node {
         *sequence = (*sequence).max(datagram.to_sequence);
         self.heard[from] = Some(now);
         self.heard_round[from] = self.round;
-        let relay = self.relay_rounds;
+        let (relay, members) = (self.relay_rounds, self.members.len());
         // Transfers and acknowledgements meant for this gateway's incarnation before are void.
         let for_me = datagram.to_incarnation == self.config.incarnation;
         let carries = !datagram.transfers.is_empty() || !datagram.acks.is_empty();
@@ -1046,8 +1052,13 @@ impl Node {
             if let Bucket::Owing(bucket) = &mut state.bucket {
                 let quota = &e.slot.quota;
                 let owed = if view.version == 0 {
-                    // First heard of: at most what one period can have admitted.
-                    e.a.min(u64::from(quota.burst()) + u64::from(quota.count()))
+                    // First heard of: at most what one period can have admitted, and
+                    // nothing once its origin's last admission weighs no more.
+                    if may_weigh(quota, now.saturating_sub(e.c), now, members) {
+                        e.a.min(u64::from(quota.burst()) + u64::from(quota.count()))
+                    } else {
+                        0
+                    }
                 } else {
                     e.a.saturating_sub(view.a)
                 };
@@ -1062,7 +1073,13 @@ impl Node {
                 } else {
                     e.b
                 },
-                c: e.c,
+                // Eventual: when its origin last admitted, on this gateway's clock (the
+                // time in flight makes it later: a first hearing charges it longer).
+                c: if mode == Mode::Eventual {
+                    now.saturating_sub(e.c)
+                } else {
+                    e.c
+                },
                 hot: relay,
             };
         }
@@ -1382,14 +1399,16 @@ fn first_share(i: usize, n: usize) -> u64 {
     WHOLE / n + u64::from((i as u64) < WHOLE % n)
 }
 
-fn entry(slot: &Slot, origin: NodeId, view: &View) -> Entry {
+/// A view as an entry; in eventual mode (`age`: the time now) its `c`, when its origin last
+/// admitted, as the time since.
+fn entry(slot: &Slot, origin: NodeId, view: &View, age: Option<u64>) -> Entry {
     Entry {
         slot: slot.clone(),
         origin,
         version: view.version,
         a: view.a,
         b: view.b,
-        c: view.c,
+        c: age.map_or(view.c, |now| now.saturating_sub(view.c)),
     }
 }
 

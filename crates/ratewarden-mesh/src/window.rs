@@ -114,3 +114,23 @@ impl Spent {
         Some(Duration::from_micros(at.saturating_sub(now)))
     }
 }
+
+/// Eventual: whether units a peer last admitted at `at` (this gateway's clock: the time it
+/// was told had passed since, taken from now) may still weigh in the quota at `now`, in a
+/// mesh of `n`: for the windows, while `at`'s window counts (the sliding counter's window
+/// before too); for GCRA and the token bucket, for `n` times the time the quota takes to
+/// drain a burst and a period's count (the most a first hearing charges), which leaves room
+/// for what the mesh may have admitted above the quota.
+pub(crate) fn may_weigh(quota: &Quota, at: u64, now: u64, n: usize) -> bool {
+    let period = quota.period_micros().max(1);
+    match quota.algorithm() {
+        Algorithm::FixedWindow => now / period <= at / period,
+        Algorithm::SlidingWindow => now / period <= at / period + 1,
+        _ => {
+            let units = u128::from(quota.burst()) + u128::from(quota.count());
+            let drain =
+                units * u128::from(period) * n.max(1) as u128 / u128::from(quota.count().max(1));
+            u128::from(now.saturating_sub(at)) <= drain
+        }
+    }
+}

@@ -15,7 +15,7 @@ use ratewarden_core::{Algorithm, Key, KeyRepr, MAX_KEY_LEN, Quota};
 /// A gateway's id in the mesh.
 pub type NodeId = u64;
 
-const MAGIC: &[u8; 4] = b"RWM2";
+const MAGIC: &[u8; 4] = b"RWM3";
 
 /// One key under one quota, checked or reserved: what the mesh keeps state for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
