@@ -9,8 +9,10 @@
 //! NODE=b ADDR=127.0.0.1:3002 MESH_ADDR=127.0.0.1:7102 SEEDS=$S cargo run --example mesh &
 //! NODE=c ADDR=127.0.0.1:3003 MESH_ADDR=127.0.0.1:7103 SEEDS=$S cargo run --example mesh &
 //! curl -s http://127.0.0.1:3001/mesh   # {"node":"a","members":3,...}
-//! # 60 requests spread over the three: about 30 are admitted, the rest refused.
-//! for i in $(seq 60); do curl -s -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:300$((i % 3 + 1))/"; done | sort | uniq -c
+//! # A fourth joins the running mesh: its address is not among the seeds.
+//! NODE=d ADDR=127.0.0.1:3004 MESH_ADDR=127.0.0.1:7104 SEEDS=$S cargo run --example mesh &
+//! # 60 requests spread over the four: about 30 are admitted, the rest refused.
+//! for i in $(seq 60); do curl -s -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:300$((i % 4 + 1))/"; done | sort | uniq -c
 //! ```
 
 use std::net::SocketAddr;
@@ -25,14 +27,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let var = |name: &str| std::env::var(name).map_err(|_| format!("{name} is not set"));
     let node = std::env::var("NODE").unwrap_or_else(|_| "gateway".into());
     let mesh_addr: SocketAddr = var("MESH_ADDR")?.parse()?;
-    // Every gateway's mesh address, this one's among them or not.
+    // The founders' mesh addresses, this one's among them or not: a gateway whose address
+    // is not among them joins the running mesh through them.
     let seeds = var("SEEDS")?
         .split(',')
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.trim().parse::<SocketAddr>())
         .collect::<Result<Vec<_>, _>>()?;
-    let store = MeshStore::builder(mesh_addr)
-        .peers(seeds.into_iter().filter(|&seed| seed != mesh_addr))
+    let builder = MeshStore::builder(mesh_addr);
+    let builder = if seeds.contains(&mesh_addr) {
+        builder.peers(seeds.into_iter().filter(|&seed| seed != mesh_addr))
+    } else {
+        builder.join(seeds)
+    };
+    let store = builder
         .mode(MeshMode::Escrow)
         .secret(var("MESH_SECRET")?.as_bytes())?
         .bind()

@@ -119,6 +119,23 @@
 //!   above stands**, plus overdrafts. A refund comes back to the gateway that takes it
 //!   only: its peers keep the units charged.
 //!
+//! # Members
+//!
+//! The gateways a [`Node`] is made with ([`Node::new`]) found the mesh: each holds an equal
+//! share of every quota at first, so each founder is made with the same list. A gateway
+//! added later joins through a few members ([`Node::join`], [`MeshBuilder::join`]) and
+//! holds **no share** of any quota until its peers give it one as it asks (as they give
+//! one another), so a join never lifts what the mesh admits, and escrow's bound holds as
+//! members come and go. With [`Config::discover`] (on in [`MeshStore`], and for every
+//! joiner) members learn who is in the mesh by SWIM, the `foca` crate, over the mesh's own
+//! sealed datagrams: a joiner's arrival, a departure ([`Node::leave`]), a death (probes
+//! unanswered, then suspicion for some seconds). A member that left or died is given no
+//! more shares and is not [live](Node::live); it stays listed, and what it held stays with
+//! it until it comes back. A gateway without the secret, or of the other mode, is never let
+//! in, and at most [`Config::max_members`] are. SWIM's traffic is counted apart from the
+//! gossip's ([`Sent::membership_bytes`]): a probe and its answer each second or so, and a
+//! few datagrams on each change of membership.
+//!
 //! # What the bounds assume
 //!
 //! - **Members are trusted.** The seal keeps out whoever lacks the secret (their datagrams
@@ -164,7 +181,8 @@
 //!   period's count has passed. So a key idle that long costs a restarted gateway nothing,
 //!   and one spent lately is charged as before.
 //! - **A gateway that dies keeps its share.** Escrow takes a member not heard from for
-//!   [`Node::quiet_rounds`] as gone and gives it nothing more, but what it held when it died
+//!   [`Node::quiet_rounds`], or that SWIM found dead or that left, as gone and gives it
+//!   nothing more, but what it held when it died
 //!   is unused until it comes back: at most its share of the quota, which is `1 / N` unless
 //!   it was drawing more to serve a burst.
 //! - **Slots are not evicted.** Each gateway holds every key the fleet has seen, up to
@@ -173,6 +191,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod bucket;
+mod membership;
 mod node;
 mod seal;
 #[cfg(feature = "udp")]

@@ -10,6 +10,7 @@ use ratewarden_core::{
 };
 
 use crate::bucket::{Admit, MICRO, OwingBucket, ShareBucket, WHOLE};
+use crate::membership::{self, Change, Membership};
 use crate::seal::{MIN_SECRET, Sealer, Window};
 use crate::window::may_weigh;
 use crate::wire::{Ack, Datagram, Entry, NodeId, Slot, Transfer, WireError};
@@ -66,6 +67,17 @@ pub struct Config {
     /// restarted gateway holds its first share again), transfers to or from the one before
     /// are void, and datagrams from it are dropped and counted ([`Dropped::stale`]).
     pub incarnation: u64,
+    /// Learns who is in the mesh by SWIM (the `foca` crate) over the mesh's datagrams:
+    /// gateways that join later ([`Node::join`]), leave ([`Node::leave`]) or are found dead.
+    /// Off, the members are those the node was made with, and each is taken as gone only
+    /// while it is not heard from ([`Node::quiet_rounds`]).
+    pub discover: bool,
+    /// The time between the node's ticks: SWIM's timeouts count in it (what SWIM sends goes
+    /// out at the next tick).
+    pub interval: Duration,
+    /// Members kept at most, this gateway among them: a gateway beyond is not let in (its
+    /// datagrams are dropped and counted as [`Dropped::strangers`]).
+    pub max_members: usize,
     pub(crate) sealer: Option<Sealer>,
 }
 
@@ -84,6 +96,9 @@ impl Config {
             seed: 0,
             first_sequence: 0,
             incarnation: 0,
+            discover: false,
+            interval: Duration::from_millis(100),
+            max_members: 64,
             sealer: None,
         }
     }
@@ -174,6 +189,11 @@ pub struct Sent {
     pub datagrams: u64,
     /// Bytes.
     pub bytes: u64,
+    /// Datagrams of SWIM ([`Config::discover`]): probes, their answers, joins, and the
+    /// changes of membership they carry; apart from the gossip counted above.
+    pub membership_datagrams: u64,
+    /// Their bytes.
+    pub membership_bytes: u64,
 }
 
 /// One datagram to send.
@@ -213,7 +233,17 @@ pub struct Outgoing {
 #[derive(Debug)]
 pub struct Node {
     id: NodeId,
+    /// The founders (sorted), then the gateways that joined since, in the order they did.
     members: Vec<NodeId>,
+    /// Each member's index in `members`.
+    index: HashMap<NodeId, usize, foldhash::fast::RandomState>,
+    /// How many of `members` share each quota at first: the founders.
+    founders: usize,
+    /// Members SWIM found dead or that left.
+    down: Vec<bool>,
+    membership: Option<Membership>,
+    /// SWIM's datagrams made between ticks (answers to probes), sent with the next tick's.
+    pending: Vec<Outgoing>,
     me: usize,
     config: Config,
     relay_rounds: u8,
@@ -377,15 +407,72 @@ impl State {
 }
 
 impl Node {
-    /// A gateway `id` in a mesh of `members` (which should include `id`; it is added if not).
+    /// A gateway `id` in a mesh founded by `members` (which should include `id`; it is added
+    /// if not): each founder holds an equal share of every quota at first, so each must be
+    /// made with the same members. A gateway added to a running mesh [joins](Self::join).
     #[must_use]
     pub fn new(id: NodeId, members: &[NodeId], config: Config) -> Self {
         let mut members = members.to_vec();
         members.push(id);
         members.sort_unstable();
         members.dedup();
-        let me = members.binary_search(&id).unwrap_or(0);
+        let founders = members.len();
+        Self::with_members(id, members, founders, config)
+    }
+
+    /// A gateway `id` joining a running mesh through `seeds` (some of its members). It
+    /// holds no share of any quota at first and is given shares as it asks for them, so a
+    /// join never lifts what the mesh admits; it learns the other members by SWIM
+    /// ([`Config::discover`], on for it), and they learn it.
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Quota, Timestamp};
+    /// use ratewarden_mesh::{Config, Mode, Node};
+    ///
+    /// let quota: Quota = "10/s".parse()?;
+    /// let mut config = Config::new(Mode::Escrow);
+    /// config.discover = true;
+    /// let mut a = Node::new(1, &[1], config.clone());
+    /// let mut b = Node::join(2, &[1], config);
+    /// // b holds no share until a gives it one.
+    /// assert!(!b.check(Timestamp::from_micros(0), &Key::from("k"), &quota, 1)?.is_allowed());
+    /// let mut now = 0;
+    /// while a.members().len() < 2 && now < 10_000_000 {
+    ///     now += 100_000;
+    ///     for out in b.tick(Timestamp::from_micros(now)) {
+    ///         a.receive(Timestamp::from_micros(now), &out.bytes)?;
+    ///     }
+    ///     for out in a.tick(Timestamp::from_micros(now)) {
+    ///         b.receive(Timestamp::from_micros(now), &out.bytes)?;
+    ///     }
+    /// }
+    /// assert_eq!(a.members(), &[1, 2]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn join(id: NodeId, seeds: &[NodeId], mut config: Config) -> Self {
+        let mut members: Vec<NodeId> = seeds.iter().copied().filter(|&s| s != id).collect();
+        members.sort_unstable();
+        members.dedup();
+        members.push(id);
+        config.discover = true;
+        Self::with_members(id, members, 0, config)
+    }
+
+    fn with_members(id: NodeId, members: Vec<NodeId>, founders: usize, config: Config) -> Self {
+        let me = members.iter().position(|&m| m == id).unwrap_or(0);
         let n = members.len();
+        let index = members.iter().enumerate().map(|(i, &m)| (m, i)).collect();
+        let membership = config.discover.then(|| {
+            Membership::new(
+                id,
+                config.incarnation,
+                members.iter().copied().filter(|&m| m != id).collect(),
+                config.interval,
+                config.max_datagram,
+                config.seed ^ id.rotate_left(17),
+            )
+        });
         let relay_rounds = config.relay_rounds.unwrap_or_else(|| {
             u8::try_from(usize::BITS - (n - 1).leading_zeros() + 2).unwrap_or(u8::MAX)
         });
@@ -401,6 +488,11 @@ impl Node {
             heard_round: vec![0; n],
             config,
             members,
+            index,
+            founders,
+            down: vec![false; n],
+            membership,
+            pending: Vec::new(),
             slots: HashMap::default(),
             order: Vec::new(),
             repair_at: 0,
@@ -435,7 +527,9 @@ impl Node {
         self.id
     }
 
-    /// The mesh's members, this gateway among them, sorted.
+    /// The mesh's members, this gateway among them: its founders, sorted, then the gateways
+    /// that joined since, in the order this gateway learnt of them. A member stays on the
+    /// list once it leaves or dies ([`live`](Self::live) tells who is heard from).
     #[must_use]
     pub fn members(&self) -> &[NodeId] {
         &self.members
@@ -790,17 +884,165 @@ impl Node {
     pub fn live(&self, since: Timestamp) -> Vec<NodeId> {
         let since = since.as_micros();
         (0..self.members.len())
-            .filter(|&i| i == self.me || self.heard[i].is_some_and(|at| at >= since))
+            .filter(|&i| {
+                i == self.me || (!self.down[i] && self.heard[i].is_some_and(|at| at >= since))
+            })
             .map(|i| self.members[i])
             .collect()
+    }
+
+    /// Member `i`'s share of a quota no one has moved yet.
+    fn first_share(&self, i: usize) -> u64 {
+        first_share(i, self.founders)
+    }
+
+    /// How many gateways may hold shares: the members, or as many as may join.
+    fn share_holders(&self) -> usize {
+        if self.config.discover {
+            self.config.max_members.max(self.members.len())
+        } else {
+            self.members.len()
+        }
+    }
+
+    /// Member `id`'s index, the member added (holding no share) if it is new and there is
+    /// room.
+    fn member(&mut self, id: NodeId) -> Option<usize> {
+        if let Some(&i) = self.index.get(&id) {
+            return Some(i);
+        }
+        if self.members.len() >= self.config.max_members {
+            return None;
+        }
+        let i = self.members.len();
+        self.members.push(id);
+        self.index.insert(id, i);
+        self.down.push(false);
+        self.sequences.push(self.config.first_sequence);
+        self.windows.push(Window::default());
+        self.incarnations.push(None);
+        self.heard.push(None);
+        // Not taken as gone before it could have been heard from.
+        self.heard_round.push(self.round);
+        for state in self.slots.values_mut() {
+            state.views.push(View::default());
+            state.given.push(Given::default());
+            state.received.push((0, 0));
+            state.ack_due.push(false);
+        }
+        Some(i)
+    }
+
+    /// Leaves the mesh ([`Config::discover`]): answers the datagrams that tell the members,
+    /// who take this gateway as gone at once (escrow gives it nothing more; what it holds
+    /// stays unused). Without discovery, nothing.
+    pub fn leave(&mut self, now: Timestamp) -> Vec<Outgoing> {
+        if let Some(membership) = &mut self.membership {
+            membership.leave();
+        }
+        self.membership_out(now.as_micros());
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Applies SWIM's changes of membership and seals what it sends into `pending`.
+    fn membership_out(&mut self, now: u64) {
+        let Some(membership) = &mut self.membership else {
+            return;
+        };
+        let (changes, sends) = membership.drain(now);
+        for change in changes {
+            match change {
+                Change::Up(id) => {
+                    if let Some(i) = self.member(id) {
+                        self.down[i] = false;
+                    }
+                }
+                Change::Down(id) => {
+                    if let Some(&i) = self.index.get(&id) {
+                        self.down[i] = i != self.me;
+                    }
+                }
+            }
+        }
+        for (to, body) in sends {
+            let Some(i) = self.member(to) else {
+                continue;
+            };
+            let mut bytes = Vec::with_capacity(membership::HEAD + body.len());
+            bytes.extend_from_slice(membership::MAGIC);
+            bytes.extend_from_slice(&self.id.to_le_bytes());
+            bytes.extend_from_slice(&to.to_le_bytes());
+            bytes.push(u8::from(self.config.mode == Mode::Escrow));
+            bytes.extend_from_slice(&body);
+            let bytes = self.seal(i, &bytes);
+            self.sent.membership_datagrams += 1;
+            self.sent.membership_bytes += bytes.len() as u64;
+            self.pending.push(Outgoing { to, bytes });
+        }
+    }
+
+    /// `bytes` sealed for member `i`, with the next sequence number to it.
+    fn seal(&mut self, i: usize, bytes: &[u8]) -> Vec<u8> {
+        match &self.config.sealer {
+            Some(sealer) => {
+                // Sequences run out after 2^64 datagrams; the last is then reused, and peers
+                // drop it as replayed.
+                let sequence = &mut self.sequences[i];
+                *sequence = sequence.saturating_add(1);
+                sealer.seal(*sequence, bytes)
+            }
+            None => bytes.to_vec(),
+        }
+    }
+
+    /// Applies a membership datagram `body` (after the magic) from a sender whose sequence
+    /// number, if sealed, is `sequence`.
+    fn receive_membership(&mut self, now: u64, sequence: Option<u64>, body: &[u8]) {
+        let Some(membership) = &mut self.membership else {
+            self.dropped.strangers += 1;
+            return;
+        };
+        let head = membership::HEAD - membership::MAGIC.len();
+        let (Some(from), Some(to), Some(&escrow)) = (
+            body.get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes),
+            body.get(8..16)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes),
+            body.get(16),
+        ) else {
+            self.dropped.malformed += 1;
+            return;
+        };
+        if to != self.id || from == self.id || (escrow == 1) != (self.config.mode == Mode::Escrow) {
+            self.dropped.strangers += 1;
+            return;
+        }
+        // A gateway not yet a member is let in by what SWIM makes of it (its datagram is
+        // sealed under the mesh's secret, so it holds it); one known is held to its window.
+        let known = self.index.get(&from).copied();
+        if let (Some(sequence), Some(i)) = (sequence, known)
+            && !self.windows[i].accept(sequence)
+        {
+            self.dropped.replayed += 1;
+            return;
+        }
+        if !membership.receive(now, &body[head..]) {
+            self.dropped.malformed += 1;
+        }
+        self.membership_out(now);
+        if let (Some(sequence), None, Some(&i)) = (sequence, known, self.index.get(&from)) {
+            self.windows[i].accept(sequence);
+        }
     }
 
     fn fresh(&self, quota: &Quota, now: u64) -> Bucket {
         match self.config.mode {
             Mode::Eventual => Bucket::Owing(OwingBucket::full(quota, now)),
             Mode::Escrow => {
-                let share = first_share(self.me, self.members.len());
-                Bucket::Share(ShareBucket::full(quota, share, now, self.members.len()))
+                let share = self.first_share(self.me);
+                Bucket::Share(ShareBucket::full(quota, share, now, self.share_holders()))
             }
         }
     }
@@ -823,7 +1065,7 @@ impl Node {
     #[must_use]
     pub fn admitted_from(&self, key: &Key, quota: &Quota, origin: NodeId) -> u64 {
         let slot = Slot::checked(key, quota);
-        let Ok(i) = self.members.binary_search(&origin) else {
+        let Some(&i) = self.index.get(&origin) else {
             return 0;
         };
         match self.slots.get(&slot) {
@@ -847,6 +1089,10 @@ impl Node {
     pub fn tick(&mut self, now: Timestamp) -> Vec<Outgoing> {
         let now = now.as_micros();
         self.round += 1;
+        if let Some(membership) = &mut self.membership {
+            membership.tick(now);
+        }
+        self.membership_out(now);
         if self.config.mode == Mode::Escrow {
             self.rebalance(now);
         }
@@ -930,7 +1176,8 @@ impl Node {
             }
         }
         let max = self.config.max_datagram;
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.pending);
+        let swim = out.len();
         for (i, d) in to.into_iter().enumerate() {
             // The round's peers, and the one in turn, hear from this gateway even when it
             // has nothing to say (it is alive); others only when it has.
@@ -939,22 +1186,16 @@ impl Node {
                 continue;
             }
             for bytes in d.encode(max) {
-                let bytes = match &self.config.sealer {
-                    Some(sealer) => {
-                        // Sequences run out after 2^64 datagrams; the last is then reused,
-                        // and peers drop it as replayed.
-                        let sequence = &mut self.sequences[i];
-                        *sequence = sequence.saturating_add(1);
-                        sealer.seal(*sequence, &bytes)
-                    }
-                    None => bytes,
-                };
+                let bytes = self.seal(i, &bytes);
                 out.push(Outgoing { to: d.to, bytes });
             }
         }
         self.sent.rounds += 1;
-        self.sent.datagrams += out.len() as u64;
-        self.sent.bytes += out.iter().map(|o| o.bytes.len() as u64).sum::<u64>();
+        self.sent.datagrams += (out.len() - swim) as u64;
+        self.sent.bytes += out[swim..]
+            .iter()
+            .map(|o| o.bytes.len() as u64)
+            .sum::<u64>();
         out
     }
 
@@ -977,8 +1218,12 @@ impl Node {
             }
             None => (None, bytes),
         };
+        if let Some(body) = bytes.strip_prefix(membership::MAGIC) {
+            self.receive_membership(now, sequence, body);
+            return Ok(());
+        }
         let datagram = Datagram::decode(bytes).inspect_err(|_| self.dropped.malformed += 1)?;
-        let Ok(from) = self.members.binary_search(&datagram.from) else {
+        let Some(&from) = self.index.get(&datagram.from) else {
             self.dropped.strangers += 1;
             return Ok(());
         };
@@ -1035,7 +1280,7 @@ impl Node {
             (Vec::new(), Vec::new())
         };
         for e in datagram.entries {
-            let Ok(origin) = self.members.binary_search(&e.origin) else {
+            let Some(&origin) = self.index.get(&e.origin) else {
                 continue;
             };
             if mode == Mode::Escrow && origin == self.me {
@@ -1174,15 +1419,7 @@ impl Node {
                 return None;
             }
             let n = self.members.len();
-            let bucket = match self.config.mode {
-                Mode::Eventual => Bucket::Owing(OwingBucket::full(&slot.quota, now)),
-                Mode::Escrow => Bucket::Share(ShareBucket::full(
-                    &slot.quota,
-                    first_share(self.me, n),
-                    now,
-                    n,
-                )),
-            };
+            let bucket = self.fresh(&slot.quota, now);
             let state = State {
                 views: vec![View::default(); n],
                 bucket,
@@ -1217,10 +1454,10 @@ impl Node {
             .last_round
             .replace(now)
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
-        let n = self.members.len();
+        let (n, founders) = (self.members.len(), self.founders);
         let quiet = self.quiet_rounds();
         let gone: Vec<bool> = (0..n)
-            .map(|i| i != me && round.saturating_sub(self.heard_round[i]) > quiet)
+            .map(|i| i != me && (self.down[i] || round.saturating_sub(self.heard_round[i]) > quiet))
             .collect();
         for (slot, state) in &mut self.slots {
             // Lapsed holds pin no share.
@@ -1264,7 +1501,7 @@ impl Node {
             }
             let share_of = |i: usize, view: &View| {
                 if view.version == 0 {
-                    first_share(i, n)
+                    first_share(i, founders)
                 } else {
                     view.b
                 }
@@ -1393,9 +1630,13 @@ fn ewma(average: u64, units: u64, rounds: u64) -> u64 {
     u64::try_from(sum / u128::from(rounds)).unwrap_or(u64::MAX)
 }
 
-/// Member `i`'s share of a quota no one has moved yet: equal parts, the rest to the first.
-fn first_share(i: usize, n: usize) -> u64 {
-    let n = n as u64;
+/// Member `i`'s share of a quota no one has moved yet, in a mesh of `founders`: equal parts
+/// to the founders (the rest to the first), none to a gateway that joined since.
+fn first_share(i: usize, founders: usize) -> u64 {
+    if i >= founders {
+        return 0;
+    }
+    let n = founders as u64;
     WHOLE / n + u64::from((i as u64) < WHOLE % n)
 }
 

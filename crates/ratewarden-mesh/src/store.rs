@@ -46,6 +46,15 @@ pub fn node_id(addr: SocketAddr) -> NodeId {
     }
 }
 
+/// The IPv4 address and port an id holds ([`node_id`]); `None` for an IPv6 gateway's.
+fn ipv4(id: NodeId) -> Option<SocketAddr> {
+    if id >> 48 != 0 {
+        return None;
+    }
+    let ip = std::net::Ipv4Addr::from_bits(u32::try_from(id >> 16).ok()?);
+    Some(SocketAddr::from((ip, u16::try_from(id & 0xffff).ok()?)))
+}
+
 /// Builds a [`MeshStore`]: its address, its peers' and the shared secret.
 ///
 /// ```no_run
@@ -64,15 +73,41 @@ pub fn node_id(addr: SocketAddr) -> NodeId {
 pub struct MeshBuilder {
     addr: SocketAddr,
     peers: Vec<SocketAddr>,
+    joining: bool,
     config: Config,
     interval: Duration,
     sealed: bool,
 }
 
 impl MeshBuilder {
-    /// The other gateways' mesh addresses (the mesh's members are these and this one).
+    /// The other founders' mesh addresses: the mesh is founded by these and this gateway,
+    /// which share each quota equally at first (each founder must be given the same ones).
+    /// Gateways added later [join](Self::join); every member learns of them (SWIM).
     pub fn peers(mut self, peers: impl IntoIterator<Item = SocketAddr>) -> Self {
         self.peers.extend(peers);
+        self
+    }
+
+    /// Joins a running mesh through `seeds`, some of its members' mesh addresses, instead of
+    /// founding one ([`Node::join`]): this gateway holds no share of any quota until its
+    /// peers give it one as it asks, so adding it never lifts what the mesh admits. A joining
+    /// gateway binds an IPv4 address (a member's id holds its IPv4 address and port, so
+    /// members reach one they learn of by its id; an IPv6 address's id is a digest).
+    ///
+    /// ```no_run
+    /// # async fn run() -> std::io::Result<()> {
+    /// use ratewarden_mesh::MeshStore;
+    /// let store = MeshStore::builder("10.0.0.4:7946".parse().unwrap())
+    ///     .join(["10.0.0.1:7946".parse().unwrap()])
+    ///     .secret(b"the mesh's shared secret")
+    ///     .expect("16 bytes or more")
+    ///     .bind()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn join(mut self, seeds: impl IntoIterator<Item = SocketAddr>) -> Self {
+        self.peers.extend(seeds);
+        self.joining = true;
         self
     }
 
@@ -133,6 +168,13 @@ impl MeshBuilder {
                 "a mesh gateway binds the address its peers know it by, not an unspecified one",
             ));
         }
+        if self.joining && !self.addr.is_ipv4() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a joining gateway binds an IPv4 address: members reach one they learn of by \
+                 its id, which holds an IPv4 address and port (an IPv6 one is a digest)",
+            ));
+        }
         let socket = Arc::new(UdpSocket::bind(self.addr).await?);
         let addr = socket.local_addr()?;
         let id = node_id(addr);
@@ -147,13 +189,22 @@ impl MeshBuilder {
         // Both above what this gateway's run before used (time has moved on).
         config.first_sequence = sequence_start();
         config.incarnation = config.first_sequence;
+        config.discover = true;
+        config.interval = self.interval;
+        let node = if self.joining {
+            Node::join(id, &members, config)
+        } else {
+            Node::new(id, &members, config)
+        };
         let shared = Arc::new(Shared {
-            node: Mutex::new(Node::new(id, &members, config)),
+            node: Mutex::new(node),
             clock: MonotonicClock::new(),
             interval: self.interval,
             addr,
+            socket,
+            addresses: Mutex::new(addresses),
         });
-        let task = tokio::spawn(gossip(Arc::clone(&shared), socket, addresses));
+        let task = tokio::spawn(gossip(Arc::clone(&shared)));
         Ok(MeshStore {
             shared,
             _task: Arc::new(Task(task.abort_handle())),
@@ -182,12 +233,33 @@ struct Shared {
     clock: MonotonicClock,
     interval: Duration,
     addr: SocketAddr,
+    socket: Arc<UdpSocket>,
+    /// Members' addresses: those given, and those members sent from.
+    addresses: Mutex<HashMap<NodeId, SocketAddr>>,
 }
 
 impl Shared {
     fn node(&self) -> std::sync::MutexGuard<'_, Node> {
         // A panic while holding the lock leaves a consistent node: every step is one call.
         self.node.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn addresses(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, SocketAddr>> {
+        self.addresses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends `out` to each member's address (a member known only by its id: the IPv4
+    /// address and port it holds).
+    async fn send(&self, out: Vec<crate::Outgoing>) {
+        for datagram in out {
+            let addr = self.addresses().get(&datagram.to).copied();
+            if let Some(addr) = addr.or_else(|| ipv4(datagram.to)) {
+                // A datagram that cannot be sent is as lost: the protocol repairs it.
+                let _ = self.socket.send_to(&datagram.bytes, addr).await;
+            }
+        }
     }
 }
 
@@ -202,32 +274,32 @@ impl Drop for Task {
 }
 
 /// Receives datagrams and ticks, until aborted.
-async fn gossip(
-    shared: Arc<Shared>,
-    socket: Arc<UdpSocket>,
-    addresses: HashMap<NodeId, SocketAddr>,
-) {
+async fn gossip(shared: Arc<Shared>) {
+    let socket = &shared.socket;
     let mut ticks = tokio::time::interval(shared.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut buf = vec![0_u8; 65_536];
     loop {
         tokio::select! {
             received = socket.recv_from(&mut buf) => {
-                if let Ok((len, _)) = received {
+                if let Ok((len, from)) = received {
                     let now = shared.clock.now();
                     // Malformed datagrams are counted by the node.
-                    let _ = shared.node().receive(now, &buf[..len]);
+                    let mut node = shared.node();
+                    let _ = node.receive(now, &buf[..len]);
+                    // A member's address is the one it sends from (a member let in by SWIM
+                    // first sends to its seeds, so they reach it over IPv6 too).
+                    let id = node_id(from);
+                    if node.members().contains(&id) {
+                        drop(node);
+                        shared.addresses().entry(id).or_insert(from);
+                    }
                 }
             }
             _ = ticks.tick() => {
                 let now = shared.clock.now();
                 let out = shared.node().tick(now);
-                for datagram in out {
-                    if let Some(addr) = addresses.get(&datagram.to) {
-                        // A datagram that cannot be sent is as lost: the protocol repairs it.
-                        let _ = socket.send_to(&datagram.bytes, addr).await;
-                    }
-                }
+                shared.send(out).await;
             }
         }
     }
@@ -258,6 +330,7 @@ impl MeshStore {
         MeshBuilder {
             addr,
             peers: Vec::new(),
+            joining: false,
             config: Config::new(Mode::Escrow),
             interval: Duration::from_millis(100),
             sealed: false,
@@ -276,10 +349,26 @@ impl MeshStore {
         self.shared.node().id()
     }
 
-    /// The mesh's members (the peers it was given and this one), heard from or not.
+    /// The mesh's members (the founders, then those that joined since, as this gateway
+    /// learnt of them), heard from or not, gone or not.
     #[must_use]
     pub fn members(&self) -> Vec<NodeId> {
         self.shared.node().members().to_vec()
+    }
+
+    /// Leaves the mesh: tells the members, who take this gateway as gone at once and give
+    /// it no more shares (call it before stopping a gateway for good; what it holds is
+    /// unused until its peers restart). It keeps deciding on what it holds.
+    ///
+    /// ```no_run
+    /// # async fn run(store: ratewarden_mesh::MeshStore) {
+    /// store.leave().await;
+    /// # }
+    /// ```
+    pub async fn leave(&self) {
+        let now = self.shared.clock.now();
+        let out = self.shared.node().leave(now);
+        self.shared.send(out).await;
     }
 
     /// The members heard from lately, this one among them: in the last `2 × (n − 1) + 3`

@@ -153,3 +153,70 @@ async fn an_unspecified_address_is_refused() {
     assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
     assert!(refused.to_string().contains("unspecified"), "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_joins_a_running_mesh_and_shares_its_quota() {
+    let mut stores = mesh(2, Mode::Escrow).await;
+    until_all_live(&stores).await;
+    let seed = stores[0].local_addr();
+    let joiner = MeshStore::builder(free_addrs(1)[0])
+        .join([seed])
+        .interval(Duration::from_millis(20))
+        .secret(SECRET)
+        .unwrap()
+        .bind()
+        .await
+        .unwrap();
+    stores.push(joiner);
+    // Every member learns of it (the founder it did not name by SWIM), and it of them.
+    until_all_live(&stores).await;
+    for store in &stores {
+        assert_eq!(store.members().len(), 3);
+    }
+    // The three share the quota: never over it, and the joiner, holding nothing at first,
+    // is given its part.
+    let quota: Quota = "40/s".parse().unwrap();
+    let key = Key::from("client");
+    let start = Instant::now();
+    let (mut admitted, mut by_joiner) = (0_u64, 0_u64);
+    let mut i = 0;
+    while start.elapsed() < Duration::from_secs(2) {
+        if stores[i % 3]
+            .check(&key, &quota, 1)
+            .await
+            .unwrap()
+            .is_allowed()
+        {
+            admitted += 1;
+            by_joiner += u64::from(i % 3 == 2);
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let bound = 40 + 40 * 2 + 4;
+    assert!(admitted <= bound, "{admitted} admitted, bound {bound}");
+    assert!(admitted >= 80, "{admitted} admitted");
+    assert!(by_joiner >= 10, "the joiner admitted {by_joiner}");
+    // It leaves: the founders take it as gone at once, before their silence window.
+    stores[2].leave().await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while stores[..2].iter().any(|s| s.live().len() != 2) {
+        assert!(
+            Instant::now() < deadline,
+            "a gateway that left is still live"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_over_ipv6_is_refused_with_a_reason() {
+    let error = MeshStore::builder("[::1]:0".parse().unwrap())
+        .join(["[::1]:7946".parse().unwrap()])
+        .secret(SECRET)
+        .unwrap()
+        .bind()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("IPv4"), "{error}");
+}

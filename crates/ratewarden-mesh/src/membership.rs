@@ -1,0 +1,198 @@
+//! Who is in the mesh: SWIM (the `foca` crate) over the mesh's own datagrams, so that
+//! gateways join through seeds, leave, and are found dead, with no list kept by hand.
+//!
+//! `foca` is sans-IO, as [`Node`](crate::Node) is: it is fed datagrams and timer events and
+//! answers datagrams to send, timers to set and changes of membership. This module keeps its
+//! timers on the node's clock (they fire at the node's next tick or datagram after they are
+//! due) and frames its datagrams with a head of our own (magic, sender, receiver, mode), sealed
+//! as gossip is.
+
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::time::Duration;
+
+use foca::{AccumulatingRuntime, Foca, Identity, NoCustomBroadcast, OwnedNotification, Timer};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use serde::{Deserialize, Serialize};
+
+use crate::wire::NodeId;
+
+/// A membership datagram's magic number and version.
+pub(crate) const MAGIC: &[u8; 4] = b"RWS1";
+/// Its head: the magic, the sender, the receiver, and whether the sender runs escrow.
+pub(crate) const HEAD: usize = 4 + 8 + 8 + 1;
+
+/// A member as SWIM knows it: the gateway's id and a number that grows each time it comes
+/// back after being taken for dead (a later one wins over an earlier one of the same id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub(crate) struct Member {
+    id: NodeId,
+    run: u64,
+}
+
+impl Identity for Member {
+    type Addr = NodeId;
+
+    fn renew(&self) -> Option<Self> {
+        let run = self.run.checked_add(1)?;
+        Some(Self { id: self.id, run })
+    }
+
+    fn addr(&self) -> NodeId {
+        self.id
+    }
+
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        self.run > adversary.run
+    }
+}
+
+/// A change of membership SWIM decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// A member joined, or came back.
+    Up(NodeId),
+    /// A member was found dead or left.
+    Down(NodeId),
+}
+
+type Swim = Foca<Member, foca::PostcardCodec, SmallRng, NoCustomBroadcast>;
+
+/// One gateway's side of SWIM.
+pub(crate) struct Membership {
+    swim: Swim,
+    runtime: AccumulatingRuntime<Member>,
+    /// Timers set, with when they are due (µs).
+    timers: Vec<(u64, Timer<Member>)>,
+    /// Gateways asked to let this one in while it knows no member: the seeds.
+    seeds: Vec<NodeId>,
+    /// When it last asked them (µs).
+    announced: Option<u64>,
+    /// How often it asks them again while it knows no member (µs).
+    announce_every: u64,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("members", &self.swim.num_members())
+            .field("timers", &self.timers.len())
+            .field("seeds", &self.seeds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Membership {
+    /// `id`'s side of SWIM for this `run` of it, asking `seeds` to let it in; timeouts in
+    /// multiples of `interval` (the time between the node's ticks, when what SWIM sends goes
+    /// out), never below SWIM's defaults for a LAN; datagrams of at most `max_packet` bytes.
+    pub(crate) fn new(
+        id: NodeId,
+        run: u64,
+        seeds: Vec<NodeId>,
+        interval: Duration,
+        max_packet: usize,
+        seed: u64,
+    ) -> Self {
+        let size = NonZeroU32::new(u32::try_from(seeds.len() + 1).unwrap_or(u32::MAX))
+            .unwrap_or(NonZeroU32::MIN);
+        let mut config = foca::Config::new_lan(size);
+        // What SWIM sends waits for the node's next tick, so a probe's answer takes up to two
+        // intervals to come back: its timeouts count in intervals.
+        config.probe_rtt = config.probe_rtt.max(interval * 4);
+        config.probe_period = config.probe_period.max(interval * 10);
+        config.suspect_to_down_after = config.suspect_to_down_after.max(interval * 30);
+        config.max_packet_size =
+            NonZeroUsize::new(max_packet.saturating_sub(HEAD).max(64)).unwrap_or(NonZeroUsize::MIN);
+        let announce_every = u64::try_from(config.probe_period.as_micros()).unwrap_or(u64::MAX);
+        let swim = Foca::new(
+            Member { id, run },
+            config,
+            SmallRng::seed_from_u64(seed),
+            foca::PostcardCodec,
+        );
+        Self {
+            swim,
+            runtime: AccumulatingRuntime::new(),
+            timers: Vec::new(),
+            seeds,
+            announced: None,
+            announce_every,
+        }
+    }
+
+    /// Fires the timers due at `now`, and asks the seeds again while no member is known.
+    pub(crate) fn tick(&mut self, now: u64) {
+        self.fire(now);
+        let due = self
+            .announced
+            .is_none_or(|at| now.saturating_sub(at) >= self.announce_every);
+        if self.swim.num_members() == 0 && due {
+            self.announced = Some(now);
+            for &seed in &self.seeds {
+                // An error here is SWIM's own bookkeeping refusing; the next tick asks again.
+                let _ = self
+                    .swim
+                    .announce(Member { id: seed, run: 0 }, &mut self.runtime);
+            }
+        }
+    }
+
+    /// Applies a membership datagram's body. `false`: SWIM could not read it.
+    pub(crate) fn receive(&mut self, now: u64, body: &[u8]) -> bool {
+        self.fire(now);
+        self.swim.handle_data(body, &mut self.runtime).is_ok()
+    }
+
+    /// Leaves the mesh: the members are told, and take this gateway as gone at once.
+    pub(crate) fn leave(&mut self) {
+        let _ = self.swim.leave_cluster(&mut self.runtime);
+    }
+
+    /// Drains what SWIM decided: changes of membership, and datagrams to send (receiver and
+    /// body). Timers it set are kept, due at `now` plus their delay.
+    pub(crate) fn drain(&mut self, now: u64) -> (Vec<Change>, Vec<(NodeId, Vec<u8>)>) {
+        while let Some((after, timer)) = self.runtime.to_schedule() {
+            let after = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+            self.timers.push((now.saturating_add(after), timer));
+        }
+        let mut changes = Vec::new();
+        while let Some(notification) = self.runtime.to_notify() {
+            match notification {
+                OwnedNotification::MemberUp(member) => changes.push(Change::Up(member.id)),
+                OwnedNotification::MemberDown(member) => changes.push(Change::Down(member.id)),
+                _ => {}
+            }
+        }
+        let mut sends = Vec::new();
+        while let Some((to, body)) = self.runtime.to_send() {
+            sends.push((to.id, body.to_vec()));
+        }
+        (changes, sends)
+    }
+
+    /// Hands SWIM the timers due at `now`, earliest first.
+    fn fire(&mut self, now: u64) {
+        loop {
+            let Some(next) = self
+                .timers
+                .iter()
+                .enumerate()
+                .filter(|(_, (due, _))| *due <= now)
+                .min_by_key(|(_, (due, _))| *due)
+                .map(|(i, _)| i)
+            else {
+                return;
+            };
+            let (_, timer) = self.timers.swap_remove(next);
+            // An error is a timer SWIM no longer wants (an identity changed meanwhile).
+            let _ = self.swim.handle_timer(timer, &mut self.runtime);
+            // Timers it sets now are due later than `now`: kept by the next drain.
+            while let Some((after, timer)) = self.runtime.to_schedule() {
+                let after = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+                self.timers
+                    .push((now.saturating_add(after).max(now + 1), timer));
+            }
+        }
+    }
+}
