@@ -129,12 +129,27 @@
 //! members come and go. With [`Config::discover`] (on in [`MeshStore`], and for every
 //! joiner) members learn who is in the mesh by SWIM, the `foca` crate, over the mesh's own
 //! sealed datagrams: a joiner's arrival, a departure ([`Node::leave`]), a death (probes
-//! unanswered, then suspicion for some seconds). A member that left or died is given no
-//! more shares and is not [live](Node::live); it stays listed, and what it held stays with
-//! it until it comes back. A gateway without the secret, or of the other mode, is never let
-//! in, and at most [`Config::max_members`] are. SWIM's traffic is counted apart from the
-//! gossip's ([`Sent::membership_bytes`]): a probe and its answer each second or so, and a
-//! few datagrams on each change of membership.
+//! unanswered, then suspicion for some seconds). A member that left or died, or that this
+//! run of the gateway never heard from, is given no more shares and is not
+//! [live](Node::live); it stays listed, and what it held stays with it until it comes back.
+//! A gateway without the secret, or of the other mode, is never let in, and at most
+//! [`Config::max_members`] are.
+//!
+//! - A gateway SWIM took for dead that comes back (a partition healed, datagrams lost) is
+//!   the same gateway: it keeps its shares and what it exchanged. A restarted one is a
+//!   later run ([`Config::incarnation`]), and its peers settle with the run before as soon
+//!   as any of them hears of the later one, by its datagrams or by SWIM's: shares held sum
+//!   to the whole quota even when only one peer ever heard the later run.
+//! - A gateway that knows no live member (every peer it knew taken for dead) asks every
+//!   gateway it ever knew, every ten probes, to let it in, so the sides of a healed
+//!   partition find each other again though the seeds are gone.
+//! - In eventual mode a joiner admits **nothing** until a member counts it (it hears its
+//!   gossip), so one turned away (by the bound on members, or a mesh that never answers)
+//!   never decides alone, unseen. Once let in it counts as one of the `N` of eventual's
+//!   bound.
+//!
+//! SWIM's traffic is counted apart from the gossip's ([`Sent::membership_bytes`]): a probe
+//! and its answer each second or so, and a few datagrams on each change of membership.
 //!
 //! # What the bounds assume
 //!
@@ -185,6 +200,12 @@
 //!   nothing more, but what it held when it died
 //!   is unused until it comes back: at most its share of the quota, which is `1 / N` unless
 //!   it was drawing more to serve a burst.
+//! - **Founders agree, and a joiner comes back by joining.** Each founder is made with the
+//!   same list; a gateway made as a founder with a list its peers do not share holds a
+//!   first share no one gave up (up to `1 / N` over), and nothing checks the lists yet.
+//! - **Members are kept for good.** A member that left or died stays listed (a few words a
+//!   slot), and counts against [`Config::max_members`]: a mesh that has seen that many
+//!   gateways lets no more join (they are dropped as [`Dropped::strangers`]).
 //! - **Slots are not evicted.** Each gateway holds every key the fleet has seen, up to
 //!   [`Config::max_slots`]; past it a new key is refused with [`Full`] (the store answers
 //!   `OutOfMemory`, handled by the layer's failure mode).

@@ -22,20 +22,23 @@ pub(crate) const MAGIC: &[u8; 4] = b"RWS1";
 /// Its head: the magic, the sender, the receiver, and whether the sender runs escrow.
 pub(crate) const HEAD: usize = 4 + 8 + 8 + 1;
 
-/// A member as SWIM knows it: the gateway's id and a number that grows each time it comes
-/// back after being taken for dead (a later one wins over an earlier one of the same id).
+/// A member as SWIM knows it: the gateway's id, its run (the node's incarnation: a
+/// restarted gateway comes back under a later one), and how many times this run came back
+/// after SWIM took it for dead (the same node, its shares and what it exchanged intact).
+/// A later run, or the same run come back more times, wins over the one before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub(crate) struct Member {
     id: NodeId,
     run: u64,
+    back: u32,
 }
 
 impl Identity for Member {
     type Addr = NodeId;
 
     fn renew(&self) -> Option<Self> {
-        let run = self.run.checked_add(1)?;
-        Some(Self { id: self.id, run })
+        let back = self.back.checked_add(1)?;
+        Some(Self { back, ..*self })
     }
 
     fn addr(&self) -> NodeId {
@@ -43,17 +46,19 @@ impl Identity for Member {
     }
 
     fn win_addr_conflict(&self, adversary: &Self) -> bool {
-        self.run > adversary.run
+        (self.run, self.back) > (adversary.run, adversary.back)
     }
 }
 
 /// A change of membership SWIM decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Change {
-    /// A member joined, or came back.
-    Up(NodeId),
+    /// A member (its id and run) joined, or came back.
+    Up(NodeId, u64),
     /// A member was found dead or left.
-    Down(NodeId),
+    Down(NodeId, u64),
+    /// A member is known under a later run, or came back: the run before may be over.
+    Run(NodeId, u64),
 }
 
 type Swim = Foca<Member, foca::PostcardCodec, SmallRng, NoCustomBroadcast>;
@@ -64,11 +69,9 @@ pub(crate) struct Membership {
     runtime: AccumulatingRuntime<Member>,
     /// Timers set, with when they are due (µs).
     timers: Vec<(u64, Timer<Member>)>,
-    /// Gateways asked to let this one in while it knows no member: the seeds.
-    seeds: Vec<NodeId>,
-    /// When it last asked them (µs).
+    /// When it last asked the gateways it knows to let it in, knowing no live member (µs).
     announced: Option<u64>,
-    /// How often it asks them again while it knows no member (µs).
+    /// How often it asks them again while it knows no live member (µs).
     announce_every: u64,
 }
 
@@ -77,36 +80,41 @@ impl std::fmt::Debug for Membership {
         f.debug_struct("Membership")
             .field("members", &self.swim.num_members())
             .field("timers", &self.timers.len())
-            .field("seeds", &self.seeds)
             .finish_non_exhaustive()
     }
 }
 
 impl Membership {
-    /// `id`'s side of SWIM for this `run` of it, asking `seeds` to let it in; timeouts in
-    /// multiples of `interval` (the time between the node's ticks, when what SWIM sends goes
-    /// out), never below SWIM's defaults for a LAN; datagrams of at most `max_packet` bytes.
+    /// `id`'s side of SWIM for this `run` of it, in a mesh of about `size` members;
+    /// timeouts in multiples of `interval` (the time between the node's ticks, when what
+    /// SWIM sends goes out), never below SWIM's defaults for a LAN; datagrams of at most
+    /// `max_packet` bytes.
     pub(crate) fn new(
         id: NodeId,
         run: u64,
-        seeds: Vec<NodeId>,
+        size: usize,
         interval: Duration,
         max_packet: usize,
         seed: u64,
     ) -> Self {
-        let size = NonZeroU32::new(u32::try_from(seeds.len() + 1).unwrap_or(u32::MAX))
-            .unwrap_or(NonZeroU32::MIN);
+        let size =
+            NonZeroU32::new(u32::try_from(size).unwrap_or(u32::MAX)).unwrap_or(NonZeroU32::MIN);
         let mut config = foca::Config::new_lan(size);
         // What SWIM sends waits for the node's next tick, so a probe's answer takes up to two
         // intervals to come back: its timeouts count in intervals.
         config.probe_rtt = config.probe_rtt.max(interval * 4);
         config.probe_period = config.probe_period.max(interval * 10);
         config.suspect_to_down_after = config.suspect_to_down_after.max(interval * 30);
+        // Members taken for dead are asked to let this one in every ten probes, so that two
+        // sides of a healed partition find each other again.
+        if let Some(periodic) = &mut config.periodic_announce_to_down_members {
+            periodic.frequency = config.probe_period * 10;
+        }
         config.max_packet_size =
             NonZeroUsize::new(max_packet.saturating_sub(HEAD).max(64)).unwrap_or(NonZeroUsize::MIN);
         let announce_every = u64::try_from(config.probe_period.as_micros()).unwrap_or(u64::MAX);
         let swim = Foca::new(
-            Member { id, run },
+            Member { id, run, back: 0 },
             config,
             SmallRng::seed_from_u64(seed),
             foca::PostcardCodec,
@@ -115,27 +123,43 @@ impl Membership {
             swim,
             runtime: AccumulatingRuntime::new(),
             timers: Vec::new(),
-            seeds,
             announced: None,
             announce_every,
         }
     }
 
-    /// Fires the timers due at `now`, and asks the seeds again while no member is known.
-    pub(crate) fn tick(&mut self, now: u64) {
+    /// Fires the timers due at `now`, and while no member is live (a joiner let in by no
+    /// one yet, or a gateway that took every peer for dead) asks every gateway it `knows`
+    /// (the seeds, and every member it learnt of) to let it in.
+    pub(crate) fn tick(&mut self, now: u64, knows: &[NodeId]) {
         self.fire(now);
         let due = self
             .announced
             .is_none_or(|at| now.saturating_sub(at) >= self.announce_every);
         if self.swim.num_members() == 0 && due {
             self.announced = Some(now);
-            for &seed in &self.seeds {
+            let me = self.swim.identity().id;
+            for &id in knows.iter().filter(|&&id| id != me) {
                 // An error here is SWIM's own bookkeeping refusing; the next tick asks again.
-                let _ = self
-                    .swim
-                    .announce(Member { id: seed, run: 0 }, &mut self.runtime);
+                let _ = self.swim.announce(
+                    Member {
+                        id,
+                        run: 0,
+                        back: 0,
+                    },
+                    &mut self.runtime,
+                );
             }
         }
+    }
+
+    /// This gateway goes on under a later `run` (its node moved above a run of it its peers
+    /// knew): they take the run before as over.
+    pub(crate) fn rerun(&mut self, run: u64) {
+        let id = self.swim.identity().id;
+        let _ = self
+            .swim
+            .change_identity(Member { id, run, back: 0 }, &mut self.runtime);
     }
 
     /// Applies a membership datagram's body. `false`: SWIM could not read it.
@@ -159,8 +183,9 @@ impl Membership {
         let mut changes = Vec::new();
         while let Some(notification) = self.runtime.to_notify() {
             match notification {
-                OwnedNotification::MemberUp(member) => changes.push(Change::Up(member.id)),
-                OwnedNotification::MemberDown(member) => changes.push(Change::Down(member.id)),
+                OwnedNotification::MemberUp(m) => changes.push(Change::Up(m.id, m.run)),
+                OwnedNotification::MemberDown(m) => changes.push(Change::Down(m.id, m.run)),
+                OwnedNotification::Rename(_, m) => changes.push(Change::Run(m.id, m.run)),
                 _ => {}
             }
         }

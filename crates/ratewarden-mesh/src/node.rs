@@ -6,7 +6,7 @@ use hashbrown::HashMap;
 use std::time::Duration;
 
 use ratewarden_core::{
-    Algorithm, Decision, Decisions, Key, Limit, Quota, Reservation, Timestamp, merged,
+    Algorithm, Decision, Decisions, Info, Key, Limit, Quota, Reservation, Timestamp, merged,
 };
 
 use crate::bucket::{Admit, MICRO, OwingBucket, ShareBucket, WHOLE};
@@ -242,6 +242,9 @@ pub struct Node {
     /// Members SWIM found dead or that left.
     down: Vec<bool>,
     membership: Option<Membership>,
+    /// Whether a member counts this gateway (it heard one's gossip), or it founded the
+    /// mesh: until then an eventual joiner admits nothing.
+    let_in: bool,
     /// SWIM's datagrams made between ticks (answers to probes), sent with the next tick's.
     pending: Vec<Outgoing>,
     me: usize,
@@ -411,12 +414,14 @@ impl Node {
     /// if not): each founder holds an equal share of every quota at first, so each must be
     /// made with the same members. A gateway added to a running mesh [joins](Self::join).
     #[must_use]
-    pub fn new(id: NodeId, members: &[NodeId], config: Config) -> Self {
+    pub fn new(id: NodeId, members: &[NodeId], mut config: Config) -> Self {
         let mut members = members.to_vec();
         members.push(id);
         members.sort_unstable();
         members.dedup();
         let founders = members.len();
+        // Every founder is a member, whatever the bound.
+        config.max_members = config.max_members.max(founders);
         Self::with_members(id, members, founders, config)
     }
 
@@ -454,6 +459,7 @@ impl Node {
         let mut members: Vec<NodeId> = seeds.iter().copied().filter(|&s| s != id).collect();
         members.sort_unstable();
         members.dedup();
+        members.truncate(config.max_members.saturating_sub(1));
         members.push(id);
         config.discover = true;
         Self::with_members(id, members, 0, config)
@@ -467,7 +473,7 @@ impl Node {
             Membership::new(
                 id,
                 config.incarnation,
-                members.iter().copied().filter(|&m| m != id).collect(),
+                members.len(),
                 config.interval,
                 config.max_datagram,
                 config.seed ^ id.rotate_left(17),
@@ -492,6 +498,7 @@ impl Node {
             founders,
             down: vec![false; n],
             membership,
+            let_in: me < founders,
             pending: Vec::new(),
             slots: HashMap::default(),
             order: Vec::new(),
@@ -596,6 +603,12 @@ impl Node {
         lapse_at: u64,
     ) -> Result<(Decision, u64), Full> {
         let quota = slot.quota;
+        if !self.let_in && self.config.mode == Mode::Eventual {
+            // A joiner no member counts yet would decide alone, unseen.
+            let wait = self.config.interval;
+            let info = Info::new(u64::from(quota.burst()), 0, wait, wait);
+            return Ok((Decision::Denied(info), 0));
+        }
         let (me, relay) = (self.me, self.relay_rounds);
         let state = self.state(slot, now).ok_or(Full)?;
         state.lapse(now);
@@ -933,6 +946,23 @@ impl Node {
         Some(i)
     }
 
+    /// Member `i` is known (by SWIM) under `run`: a run later than the one heard from means
+    /// that one is over, and escrow settles with it as with a restarted peer, though this
+    /// gateway never hears the later run itself.
+    fn known_run(&mut self, i: usize, run: u64, now: u64) {
+        if i == self.me {
+            return;
+        }
+        match self.incarnations[i] {
+            Some(known) if run <= known => {}
+            Some(_) if self.config.mode == Mode::Escrow => {
+                self.forget(i, now);
+                self.incarnations[i] = Some(run);
+            }
+            _ => self.incarnations[i] = Some(run),
+        }
+    }
+
     /// Leaves the mesh ([`Config::discover`]): answers the datagrams that tell the members,
     /// who take this gateway as gone at once (escrow gives it nothing more; what it holds
     /// stays unused). Without discovery, nothing.
@@ -952,14 +982,21 @@ impl Node {
         let (changes, sends) = membership.drain(now);
         for change in changes {
             match change {
-                Change::Up(id) => {
+                Change::Up(id, run) => {
                     if let Some(i) = self.member(id) {
                         self.down[i] = false;
+                        self.known_run(i, run, now);
                     }
                 }
-                Change::Down(id) => {
+                Change::Down(id, run) => {
                     if let Some(&i) = self.index.get(&id) {
                         self.down[i] = i != self.me;
+                        self.known_run(i, run, now);
+                    }
+                }
+                Change::Run(id, run) => {
+                    if let Some(&i) = self.index.get(&id) {
+                        self.known_run(i, run, now);
                     }
                 }
             }
@@ -1090,7 +1127,7 @@ impl Node {
         let now = now.as_micros();
         self.round += 1;
         if let Some(membership) = &mut self.membership {
-            membership.tick(now);
+            membership.tick(now, &self.members);
         }
         self.membership_out(now);
         if self.config.mode == Mode::Escrow {
@@ -1266,6 +1303,8 @@ impl Node {
         *sequence = (*sequence).max(datagram.to_sequence);
         self.heard[from] = Some(now);
         self.heard_round[from] = self.round;
+        // A peer gossips to its members only: this gateway is one of them.
+        self.let_in = true;
         let (relay, members) = (self.relay_rounds, self.members.len());
         // Transfers and acknowledgements meant for this gateway's incarnation before are void.
         let for_me = datagram.to_incarnation == self.config.incarnation;
@@ -1380,8 +1419,13 @@ impl Node {
     /// rounds, so its entries outrank any its run before sent and peers settle with that
     /// run; it settles with every peer alike, as it would with a restarted one.
     fn move_above(&mut self, known: u64, now: u64) {
-        let above = known.max(self.config.incarnation);
-        self.config.incarnation = above.saturating_add(ROUNDS_A_RUN);
+        let above = known
+            .max(self.config.incarnation)
+            .saturating_add(ROUNDS_A_RUN);
+        self.config.incarnation = above;
+        if let Some(membership) = &mut self.membership {
+            membership.rerun(above);
+        }
         if self.config.mode == Mode::Escrow {
             let me = self.me;
             for peer in (0..self.members.len()).filter(|&p| p != me) {
@@ -1456,8 +1500,15 @@ impl Node {
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
         let (n, founders) = (self.members.len(), self.founders);
         let quiet = self.quiet_rounds();
+        // Gone: found dead or left, not heard from lately, or never heard from by this run
+        // (a member that died before it started).
         let gone: Vec<bool> = (0..n)
-            .map(|i| i != me && (self.down[i] || round.saturating_sub(self.heard_round[i]) > quiet))
+            .map(|i| {
+                i != me
+                    && (self.down[i]
+                        || self.heard[i].is_none()
+                        || round.saturating_sub(self.heard_round[i]) > quiet)
+            })
             .collect();
         for (slot, state) in &mut self.slots {
             // Lapsed holds pin no share.

@@ -17,10 +17,12 @@ fn config(mode: Mode) -> Config {
     config
 }
 
-/// Nodes by id, and which of them are cut off (they send and hear nothing).
+/// Nodes by id, which of them are cut off (they send and hear nothing), and pairs of them
+/// that do not hear each other.
 struct Mesh {
     nodes: HashMap<NodeId, Node>,
     cut: Vec<NodeId>,
+    apart: Vec<(NodeId, NodeId)>,
     round: u64,
 }
 
@@ -33,6 +35,7 @@ impl Mesh {
         Self {
             nodes,
             cut: Vec::new(),
+            apart: Vec::new(),
             round: 0,
         }
     }
@@ -48,21 +51,25 @@ impl Mesh {
         let mut ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         ids.sort_unstable();
         let mut out = Vec::new();
-        for id in &ids {
-            let sent = self.nodes.get_mut(id).unwrap().tick(now);
-            if !self.cut.contains(id) {
-                out.extend(sent);
-            }
+        for &id in &ids {
+            let sent = self.nodes.get_mut(&id).unwrap().tick(now);
+            out.extend(sent.into_iter().map(|o| (id, o)));
         }
         self.deliver(now, out);
     }
 
-    fn deliver(&mut self, now: Timestamp, out: Vec<ratewarden_mesh::Outgoing>) {
-        for datagram in out {
-            if self.cut.contains(&datagram.to) {
+    /// Delivers datagrams (sender, datagram) that get through.
+    fn deliver(&mut self, now: Timestamp, out: Vec<(NodeId, ratewarden_mesh::Outgoing)>) {
+        for (from, datagram) in out {
+            let to = datagram.to;
+            if self.cut.contains(&from)
+                || self.cut.contains(&to)
+                || self.apart.contains(&(from, to))
+                || self.apart.contains(&(to, from))
+            {
                 continue;
             }
-            if let Some(node) = self.nodes.get_mut(&datagram.to) {
+            if let Some(node) = self.nodes.get_mut(&to) {
                 node.receive(now, &datagram.bytes).unwrap();
             }
         }
@@ -122,6 +129,22 @@ fn a_gateway_joins_through_one_seed_and_every_member_learns_of_it() {
     }
 }
 
+/// Never over: of the units `admitted` (µs, units), fleet-wide, in every interval of t at
+/// most `burst` + `rate_per_us` × t.
+fn assert_never_over(admitted: &[(u64, u32)], burst: f64, rate_per_us: f64) {
+    for (i, &(start, _)) in admitted.iter().enumerate() {
+        let mut units = 0_u64;
+        for &(at, u) in &admitted[i..] {
+            units += u64::from(u);
+            let bound = burst + rate_per_us * (at - start) as f64;
+            assert!(
+                units as f64 <= bound + 1e-6,
+                "{units} admitted from {start} to {at} µs, over {bound}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_joiner_holds_no_share_is_given_one_as_it_asks_and_the_mesh_never_goes_over() {
     // 3 founders and a joiner, all asking for more than the quota: 60 a minute, burst 60.
@@ -152,19 +175,7 @@ fn a_joiner_holds_no_share_is_given_one_as_it_asks_and_the_mesh_never_goes_over(
             assert!(admitted.is_empty(), "a joiner holds no share at first");
         }
     }
-    // Never over: in every window of t, at most burst + rate × t.
-    let rate_per_us = 60.0 / 60_000_000.0;
-    for (i, &(start, _)) in admitted.iter().enumerate() {
-        let mut units = 0_u64;
-        for &(at, u) in &admitted[i..] {
-            units += u64::from(u);
-            let bound = 60.0 + rate_per_us * (at - start) as f64;
-            assert!(
-                units as f64 <= bound + 1e-6,
-                "{units} admitted from {start} to {at} µs, over {bound}"
-            );
-        }
-    }
+    assert_never_over(&admitted, 60.0, 60.0 / 60_000_000.0);
     // The joiner was given shares: over its 20 s alone it admits most of what one limiter
     // would (the burst and 20 s of refill: 80), not nothing.
     assert!(
@@ -185,7 +196,7 @@ fn a_member_that_dies_is_taken_as_gone_and_one_that_leaves_at_once() {
     let now = mesh.now();
     let out = mesh.nodes.get_mut(&4).unwrap().leave(now);
     assert!(!out.is_empty());
-    mesh.deliver(now, out);
+    mesh.deliver(now, out.into_iter().map(|o| (4, o)).collect());
     let left = mesh.rounds_until(10, |mesh| {
         [1, 2, 3].iter().all(|&id| !mesh.live(id).contains(&4))
     });
@@ -251,6 +262,7 @@ fn no_more_members_than_the_bound_are_let_in() {
             .map(|&id| (id, Node::new(id, &[1, 2], founders.clone())))
             .collect(),
         cut: Vec::new(),
+        apart: Vec::new(),
         round: 0,
     };
     for id in 3..=6 {
@@ -268,4 +280,189 @@ fn no_more_members_than_the_bound_are_let_in() {
             mesh.nodes[&id].members()
         );
     }
+}
+
+#[test]
+fn a_gateway_cut_off_from_every_peer_rejoins_when_the_cut_heals_though_its_seed_is_gone() {
+    let mut mesh = Mesh::founded(&[1], Mode::Escrow);
+    for id in [2, 3] {
+        mesh.nodes
+            .insert(id, Node::join(id, &[1], config(Mode::Escrow)));
+    }
+    mesh.rounds_until(200, |mesh| (1..=3).all(|id| mesh.live(id) == [1, 2, 3]));
+    // The seed dies for good, and 2 and 3 do not hear each other until each takes every
+    // peer it knows for dead.
+    mesh.cut.push(1);
+    mesh.apart.push((2, 3));
+    mesh.rounds_until(600, |mesh| mesh.live(2) == [2] && mesh.live(3) == [3]);
+    for _ in 0..50 {
+        mesh.round();
+    }
+    mesh.apart.clear();
+    let healed = mesh.rounds_until(1_200, |mesh| {
+        mesh.live(2) == [2, 3] && mesh.live(3) == [2, 3]
+    });
+    assert!(
+        healed <= 300,
+        "live to each other {healed} rounds after the heal"
+    );
+}
+
+#[test]
+fn a_joiner_restarted_where_only_its_seed_hears_it_then_dead_leaves_the_mesh_within_the_quota() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut mesh = Mesh::founded(&[1, 2, 3], Mode::Escrow);
+    mesh.nodes
+        .insert(4, Node::join(4, &[1], config(Mode::Escrow)));
+    let mut admitted: Vec<(u64, u32)> = Vec::new();
+    let mut ask = |mesh: &mut Mesh, ids: &[NodeId]| {
+        let now = mesh.now();
+        for id in ids {
+            let node = mesh.nodes.get_mut(id).unwrap();
+            for _ in 0..10 {
+                if node.check(now, &key, &quota, 1).unwrap().is_allowed() {
+                    admitted.push((now.as_micros(), 1));
+                }
+            }
+        }
+    };
+    // The joiner is given shares as it asks; then 2 asks and the joiner passes them on.
+    for r in 0..600 {
+        mesh.round();
+        ask(&mut mesh, if r < 300 { &[4] } else { &[2] });
+    }
+    // The joiner restarts (a later run), heard by its seed only, and dies.
+    let mut later = config(Mode::Escrow);
+    later.incarnation = 1_000_000;
+    mesh.nodes.insert(4, Node::join(4, &[1], later));
+    mesh.apart.extend([(4, 2), (4, 3)]);
+    for _ in 0..100 {
+        mesh.round();
+        ask(&mut mesh, &[1, 2, 3]);
+    }
+    mesh.cut.push(4);
+    for _ in 0..3_000 {
+        mesh.round();
+        ask(&mut mesh, &[1, 2, 3]);
+    }
+    // The shares held, the dead joiner's among them, sum to the whole quota at most (parts
+    // per million).
+    let held: u64 = [1, 2, 3, 4]
+        .iter()
+        .map(|id| mesh.nodes[id].share(&key, &quota).unwrap_or(0))
+        .sum();
+    assert!(held <= 1_000_000, "shares sum to {held} millionths");
+    assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
+}
+
+#[test]
+fn an_eventual_joiner_no_member_lets_in_admits_nothing() {
+    let mut full = config(Mode::Eventual);
+    full.max_members = 2;
+    let mut mesh = Mesh {
+        nodes: [1, 2]
+            .iter()
+            .map(|&id| (id, Node::new(id, &[1, 2], full.clone())))
+            .collect(),
+        cut: Vec::new(),
+        apart: Vec::new(),
+        round: 0,
+    };
+    mesh.nodes
+        .insert(3, Node::join(3, &[1], config(Mode::Eventual)));
+    let quota: Quota = "60/min".parse().unwrap();
+    let key = Key::from("k");
+    let mut by_joiner = 0;
+    for _ in 0..600 {
+        mesh.round();
+        let now = mesh.now();
+        if mesh
+            .nodes
+            .get_mut(&3)
+            .unwrap()
+            .check(now, &key, &quota, 1)
+            .unwrap()
+            .is_allowed()
+        {
+            by_joiner += 1;
+        }
+    }
+    assert_eq!(by_joiner, 0, "a joiner no member counts decided alone");
+}
+
+#[test]
+fn an_eventual_joiner_let_in_admits_its_part() {
+    let mut mesh = Mesh::founded(&[1, 2], Mode::Eventual);
+    mesh.nodes
+        .insert(3, Node::join(3, &[1], config(Mode::Eventual)));
+    let quota: Quota = "60/min".parse().unwrap();
+    let key = Key::from("k");
+    let mut admitted: Vec<(u64, u32)> = Vec::new();
+    let mut by_joiner = 0;
+    for r in 0..1_200 {
+        mesh.round();
+        let now = mesh.now();
+        for id in [1, 2, 3] {
+            // The founders ask from the second minute.
+            if id != 3 && r < 600 {
+                continue;
+            }
+            let node = mesh.nodes.get_mut(&id).unwrap();
+            if node.check(now, &key, &quota, 1).unwrap().is_allowed() {
+                admitted.push((now.as_micros(), 1));
+                by_joiner += u64::from(id == 3);
+            }
+        }
+    }
+    // Alone for a minute, it admits most of what one limiter would.
+    assert!(by_joiner >= 90, "the joiner admitted {by_joiner}");
+    // Eventual's bound for 3 gateways: at most two bursts over, each a second at most late.
+    assert_never_over(&admitted, 60.0 * 3.0 + 2.0, 60.0 / 60_000_000.0);
+}
+
+#[test]
+fn a_restarted_gateway_gives_no_share_to_a_member_that_died_before() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut mesh = Mesh::founded(&[1, 2, 3], Mode::Escrow);
+    let ask = |mesh: &mut Mesh, ids: &[NodeId]| {
+        let now = mesh.now();
+        for id in ids {
+            for _ in 0..10 {
+                mesh.nodes
+                    .get_mut(id)
+                    .unwrap()
+                    .check(now, &key, &quota, 1)
+                    .unwrap();
+            }
+        }
+    };
+    for _ in 0..100 {
+        mesh.round();
+        ask(&mut mesh, &[1, 2, 3]);
+    }
+    let died_with = mesh.nodes[&3].share(&key, &quota).unwrap();
+    mesh.cut.push(3);
+    mesh.rounds_until(600, |mesh| mesh.live(1) == [1, 2] && mesh.live(2) == [1, 2]);
+    // 1 restarts, and is idle a while: what it does not want goes to live members only.
+    let mut later = config(Mode::Escrow);
+    later.incarnation = 1_000_000;
+    mesh.nodes.insert(1, Node::new(1, &[1, 2, 3], later));
+    for _ in 0..20 {
+        mesh.round();
+        ask(&mut mesh, &[2]);
+    }
+    for _ in 0..600 {
+        mesh.round();
+        ask(&mut mesh, &[1, 2]);
+    }
+    let held: u64 = [1, 2]
+        .iter()
+        .map(|id| mesh.nodes[id].share(&key, &quota).unwrap())
+        .sum();
+    assert!(
+        held + died_with >= 999_000,
+        "the live members hold {held} millionths, the dead one held {died_with}"
+    );
 }
