@@ -80,6 +80,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
+    .with_graceful_shutdown(stopped())
     .await?;
+    // Stopped for good: the members take this gateway as gone at once, and in escrow mode
+    // take the shares it held, so none of the quota is left unused.
+    store.leave().await;
     Ok(())
+}
+
+/// Ctrl-C, or on Unix SIGTERM (what an orchestrator sends to stop a gateway).
+async fn stopped() {
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
 }

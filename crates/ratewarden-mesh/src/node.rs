@@ -245,6 +245,8 @@ pub struct Node {
     /// Whether a member counts this gateway (it heard one's gossip), or it founded the
     /// mesh: until then an eventual joiner admits nothing.
     let_in: bool,
+    /// Whether it left the mesh ([`Node::leave`]).
+    left: bool,
     /// SWIM's datagrams made between ticks (answers to probes), sent with the next tick's.
     pending: Vec<Outgoing>,
     me: usize,
@@ -499,6 +501,7 @@ impl Node {
             down: vec![false; n],
             membership,
             let_in: me < founders,
+            left: false,
             pending: Vec::new(),
             slots: HashMap::default(),
             order: Vec::new(),
@@ -603,8 +606,9 @@ impl Node {
         lapse_at: u64,
     ) -> Result<(Decision, u64), Full> {
         let quota = slot.quota;
-        if !self.let_in && self.config.mode == Mode::Eventual {
-            // A joiner no member counts yet would decide alone, unseen.
+        if self.left || (!self.let_in && self.config.mode == Mode::Eventual) {
+            // A gateway that left admits nothing; a joiner no member counts yet would
+            // decide alone, unseen.
             let wait = self.config.interval;
             let info = Info::new(u64::from(quota.burst()), 0, wait, wait);
             return Ok((Decision::Denied(info), 0));
@@ -963,15 +967,117 @@ impl Node {
         }
     }
 
-    /// Leaves the mesh ([`Config::discover`]): answers the datagrams that tell the members,
-    /// who take this gateway as gone at once (escrow gives it nothing more; what it holds
-    /// stays unused). Without discovery, nothing.
+    /// Leaves the mesh: from now on this gateway admits nothing, and in escrow mode hands
+    /// every share it holds to the live members (each first what it gave this gateway
+    /// beyond what it was given back, the rest in equal parts), sent with its next ticks
+    /// until they acknowledge it ([`parted`](Self::parted)); a share that reservations or
+    /// a window's count pin is handed over once they no longer do. With
+    /// [`Config::discover`] the members are told at once, by the datagrams answered, and
+    /// take it as gone.
     pub fn leave(&mut self, now: Timestamp) -> Vec<Outgoing> {
+        let now = now.as_micros();
         if let Some(membership) = &mut self.membership {
             membership.leave();
         }
-        self.membership_out(now.as_micros());
+        self.membership_out(now);
+        self.left = true;
+        self.part(now);
         std::mem::take(&mut self.pending)
+    }
+
+    /// Whether every share this gateway gave is acknowledged, and, once it
+    /// [left](Self::leave), it holds none it could give: it may stop without throwing
+    /// quota away.
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Quota, Timestamp};
+    /// use ratewarden_mesh::{Config, Mode, Node};
+    ///
+    /// let (key, quota) = (Key::from("k"), "10/s".parse::<Quota>()?);
+    /// let mut a = Node::new(1, &[1, 2], Config::new(Mode::Escrow));
+    /// let mut b = Node::new(2, &[1, 2], Config::new(Mode::Escrow));
+    /// let at = |ms: u64| Timestamp::from_micros(ms * 1_000);
+    /// a.check(at(0), &key, &quota, 1)?;
+    /// for out in a.tick(at(100)) {
+    ///     b.receive(at(100), &out.bytes)?;
+    /// }
+    /// a.leave(at(200));
+    /// let mut ms = 200;
+    /// while !a.parted() && ms < 2_000 {
+    ///     ms += 100;
+    ///     for out in a.tick(at(ms)) {
+    ///         b.receive(at(ms), &out.bytes)?;
+    ///     }
+    ///     for out in b.tick(at(ms)) {
+    ///         a.receive(at(ms), &out.bytes)?;
+    ///     }
+    /// }
+    /// assert!(a.parted());
+    /// assert_eq!(b.share(&key, &quota), Some(1_000_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn parted(&self) -> bool {
+        self.slots.values().all(|state| {
+            let holds = match &state.bucket {
+                Bucket::Share(bucket) if self.left => bucket.share() > 0,
+                _ => false,
+            };
+            !holds && state.given.iter().all(|given| given.acked >= given.share)
+        })
+    }
+
+    /// Escrow, once this gateway left: hands the shares it can give to the live members
+    /// (see [`leave`](Self::leave)).
+    fn part(&mut self, now: u64) {
+        let me = self.me;
+        let gone = self.gone();
+        let live: Vec<usize> = (0..self.members.len())
+            .filter(|&i| i != me && !gone[i])
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        for (slot, state) in &mut self.slots {
+            let Bucket::Share(bucket) = &mut state.bucket else {
+                continue;
+            };
+            let quota = &slot.quota;
+            for &peer in &live {
+                let owed = state.received[peer]
+                    .0
+                    .saturating_sub(state.given[peer].share);
+                let (part, tokens) = bucket.take(quota, now, owed);
+                state.given[peer].share += part;
+                state.given[peer].tokens += tokens;
+            }
+            let rest = bucket.share();
+            let each = rest / live.len() as u64;
+            for (k, &peer) in live.iter().enumerate() {
+                let part = if k == 0 {
+                    rest - each * (live.len() as u64 - 1)
+                } else {
+                    each
+                };
+                let (part, tokens) = bucket.take(quota, now, part);
+                state.given[peer].share += part;
+                state.given[peer].tokens += tokens;
+            }
+        }
+    }
+
+    /// Which members escrow takes as gone: found dead or left, not heard from lately, or
+    /// never heard from by this run (a member that died before it started).
+    fn gone(&self) -> Vec<bool> {
+        let quiet = self.quiet_rounds();
+        (0..self.members.len())
+            .map(|i| {
+                i != self.me
+                    && (self.down[i]
+                        || self.heard[i].is_none()
+                        || self.round.saturating_sub(self.heard_round[i]) > quiet)
+            })
+            .collect()
     }
 
     /// Applies SWIM's changes of membership and seals what it sends into `pending`.
@@ -1039,6 +1145,9 @@ impl Node {
             self.dropped.strangers += 1;
             return;
         };
+        if self.left {
+            return;
+        }
         let head = membership::HEAD - membership::MAGIC.len();
         let (Some(from), Some(to), Some(&escrow)) = (
             body.get(..8)
@@ -1126,11 +1235,14 @@ impl Node {
     pub fn tick(&mut self, now: Timestamp) -> Vec<Outgoing> {
         let now = now.as_micros();
         self.round += 1;
-        if let Some(membership) = &mut self.membership {
+        // One that left stays out: SWIM would take it back in.
+        if let Some(membership) = self.membership.as_mut().filter(|_| !self.left) {
             membership.tick(now, &self.members);
         }
         self.membership_out(now);
-        if self.config.mode == Mode::Escrow {
+        if self.left {
+            self.part(now);
+        } else if self.config.mode == Mode::Escrow {
             self.rebalance(now);
         }
         let n = self.members.len();
@@ -1499,17 +1611,7 @@ impl Node {
             .replace(now)
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
         let (n, founders) = (self.members.len(), self.founders);
-        let quiet = self.quiet_rounds();
-        // Gone: found dead or left, not heard from lately, or never heard from by this run
-        // (a member that died before it started).
-        let gone: Vec<bool> = (0..n)
-            .map(|i| {
-                i != me
-                    && (self.down[i]
-                        || self.heard[i].is_none()
-                        || round.saturating_sub(self.heard_round[i]) > quiet)
-            })
-            .collect();
+        let gone = self.gone();
         for (slot, state) in &mut self.slots {
             // Lapsed holds pin no share.
             state.lapse(now);

@@ -18,6 +18,9 @@ use tokio::net::UdpSocket;
 use crate::node::{Config, Dropped, Mode, Node, Sent, ShortSecret};
 use crate::wire::NodeId;
 
+/// Gossip intervals [`MeshStore::leave`] waits at most for its shares to be taken.
+const PARTING_ROUNDS: u32 = 50;
+
 /// A gateway's id from its mesh address: for IPv4 the address and port packed (readable in
 /// hex), for IPv6 the first 63 bits of a SHA-256 of both (the top bit set, so never an IPv4
 /// gateway's id).
@@ -356,9 +359,12 @@ impl MeshStore {
         self.shared.node().members().to_vec()
     }
 
-    /// Leaves the mesh: tells the members, who take this gateway as gone at once and give
-    /// it no more shares (call it before stopping a gateway for good; what it holds is
-    /// unused until its peers restart). It keeps deciding on what it holds.
+    /// Leaves the mesh (call it before stopping a gateway for good): the members are told,
+    /// and take this gateway as gone at once; from now on it admits nothing, and in escrow
+    /// mode hands the shares it holds to the live members ([`Node::leave`]). Returns once
+    /// they have taken them ([`Node::parted`]), or after 50 gossip intervals (5 s at the
+    /// default; a share not taken by then stays unused until this gateway's id comes
+    /// back).
     ///
     /// ```no_run
     /// # async fn run(store: ratewarden_mesh::MeshStore) {
@@ -369,6 +375,12 @@ impl MeshStore {
         let now = self.shared.clock.now();
         let out = self.shared.node().leave(now);
         self.shared.send(out).await;
+        for _ in 0..PARTING_ROUNDS {
+            if self.shared.node().parted() {
+                return;
+            }
+            tokio::time::sleep(self.shared.interval).await;
+        }
     }
 
     /// The members heard from lately, this one among them: in the last `2 × (n − 1) + 3`

@@ -466,3 +466,63 @@ fn a_restarted_gateway_gives_no_share_to_a_member_that_died_before() {
         "the live members hold {held} millionths, the dead one held {died_with}"
     );
 }
+
+#[test]
+fn a_gateway_that_leaves_hands_its_shares_to_the_live_members() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut mesh = Mesh::founded(&[1, 2, 3, 4], Mode::Escrow);
+    let mut admitted: Vec<(u64, u32)> = Vec::new();
+    let mut ask = |mesh: &mut Mesh, ids: &[NodeId]| {
+        let now = mesh.now();
+        let mut by = 0;
+        for id in ids {
+            for _ in 0..10 {
+                let node = mesh.nodes.get_mut(id).unwrap();
+                if node.check(now, &key, &quota, 1).unwrap().is_allowed() {
+                    admitted.push((now.as_micros(), 1));
+                    by += 1;
+                }
+            }
+        }
+        by
+    };
+    // 4 dies first: what it holds stays with it.
+    for _ in 0..100 {
+        mesh.round();
+        ask(&mut mesh, &[1, 2, 3, 4]);
+    }
+    let died_with = mesh.nodes[&4].share(&key, &quota).unwrap();
+    mesh.cut.push(4);
+    // 3 leaves, and is stopped a few rounds later: it admits nothing more.
+    for _ in 0..100 {
+        mesh.round();
+        ask(&mut mesh, &[1, 2, 3]);
+    }
+    let now = mesh.now();
+    let out = mesh.nodes.get_mut(&3).unwrap().leave(now);
+    mesh.deliver(now, out.into_iter().map(|o| (3, o)).collect());
+    for _ in 0..10 {
+        mesh.round();
+        ask(&mut mesh, &[1, 2]);
+        assert_eq!(ask(&mut mesh, &[3]), 0, "a gateway admitted after it left");
+    }
+    assert!(
+        mesh.nodes[&3].parted(),
+        "the shares it gave are not all taken"
+    );
+    mesh.cut.push(3);
+    for _ in 0..600 {
+        mesh.round();
+        ask(&mut mesh, &[1, 2]);
+    }
+    let held: u64 = [1, 2]
+        .iter()
+        .map(|id| mesh.nodes[id].share(&key, &quota).unwrap())
+        .sum();
+    assert!(
+        held + died_with >= 999_000,
+        "the live members hold {held} millionths, the dead one held {died_with}"
+    );
+    assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
+}

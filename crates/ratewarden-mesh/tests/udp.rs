@@ -197,8 +197,13 @@ async fn a_gateway_joins_a_running_mesh_and_shares_its_quota() {
     assert!(admitted <= bound, "{admitted} admitted, bound {bound}");
     assert!(admitted >= 80, "{admitted} admitted");
     assert!(by_joiner >= 10, "the joiner admitted {by_joiner}");
-    // It leaves: the founders take it as gone at once, before their silence window.
+    // It leaves: it admits nothing more, and the founders take it as gone at once, before
+    // their silence window.
     stores[2].leave().await;
+    assert!(
+        !stores[2].check(&key, &quota, 1).await.unwrap().is_allowed(),
+        "a gateway admitted after it left"
+    );
     let deadline = Instant::now() + Duration::from_secs(2);
     while stores[..2].iter().any(|s| s.live().len() != 2) {
         assert!(
