@@ -55,9 +55,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // What an operator looks at first: who is heard, and what was dropped and why.
             let dropped = store.dropped();
             format!(
-                "{{\"node\":\"{node}\",\"members\":{},\"ids\":[{}],\"dropped\":{{\"forged\":{},\"replayed\":{},\"stale\":{},\"strangers\":{},\"malformed\":{}}}}}\n",
+                "{{\"node\":\"{node}\",\"members\":{},\"ids\":[{}],\"founders_disagree\":{},\"dropped\":{{\"forged\":{},\"replayed\":{},\"stale\":{},\"strangers\":{},\"malformed\":{}}}}}\n",
                 live.len(),
                 ids.join(","),
+                store.founders_disagree(),
                 dropped.forged,
                 dropped.replayed,
                 dropped.stale,

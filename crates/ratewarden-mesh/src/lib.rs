@@ -201,8 +201,11 @@
 //!   is unused until it comes back: at most its share of the quota, which is `1 / N` unless
 //!   it was drawing more to serve a burst.
 //! - **Founders agree, and a joiner comes back by joining.** Each founder is made with the
-//!   same list; a gateway made as a founder with a list its peers do not share holds a
-//!   first share no one gave up (up to `1 / N` over), and nothing checks the lists yet.
+//!   same list. With [`Config::discover`] a founder that hears a co-founder made with
+//!   another list gives up its first share of every quota for the rest of its run
+//!   ([`Node::founders_disagree`]): until it hears one (a probe, about a second), it may
+//!   admit up to that first share over the quota. Without discovery nothing checks the
+//!   lists.
 //! - **Members are kept for good.** A member that left or died stays listed (a few words a
 //!   slot), and counts against [`Config::max_members`]: a mesh that has seen that many
 //!   gateways lets no more join (they are dropped as [`Dropped::strangers`]).

@@ -19,8 +19,24 @@ use crate::wire::NodeId;
 
 /// A membership datagram's magic number and version.
 pub(crate) const MAGIC: &[u8; 4] = b"RWS1";
-/// Its head: the magic, the sender, the receiver, and whether the sender runs escrow.
-pub(crate) const HEAD: usize = 4 + 8 + 8 + 1;
+/// Its head: the magic, the sender, the receiver, flags ([`ESCROW`], [`FOUNDER`]), and a
+/// digest of the sender's founders.
+pub(crate) const HEAD: usize = 4 + 8 + 8 + 1 + 8;
+/// A flag: the sender runs escrow.
+pub(crate) const ESCROW: u8 = 1;
+/// A flag: the sender founded the mesh (it holds a first share).
+pub(crate) const FOUNDER: u8 = 2;
+
+/// A digest of a mesh's founders (sorted), the same on every gateway and build: FNV-1a
+/// over their ids.
+pub(crate) fn founders_digest(founders: &[NodeId]) -> u64 {
+    founders
+        .iter()
+        .flat_map(|id| id.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
 
 /// A member as SWIM knows it: the gateway's id, its run (the node's incarnation: a
 /// restarted gateway comes back under a later one), and how many times this run came back

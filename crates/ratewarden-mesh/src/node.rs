@@ -245,6 +245,10 @@ pub struct Node {
     /// Whether a member counts this gateway (it heard one's gossip), or it founded the
     /// mesh: until then an eventual joiner admits nothing.
     let_in: bool,
+    /// A digest of the founders ([`membership::founders_digest`]).
+    founders_digest: u64,
+    /// Whether this founder gave up its first shares ([`Node::founders_disagree`]).
+    disowned: bool,
     /// Whether it left the mesh ([`Node::leave`]).
     left: bool,
     /// SWIM's datagrams made between ticks (answers to probes), sent with the next tick's.
@@ -471,6 +475,7 @@ impl Node {
         let me = members.iter().position(|&m| m == id).unwrap_or(0);
         let n = members.len();
         let index = members.iter().enumerate().map(|(i, &m)| (m, i)).collect();
+        let founders_digest = membership::founders_digest(&members[..founders]);
         let membership = config.discover.then(|| {
             Membership::new(
                 id,
@@ -501,6 +506,8 @@ impl Node {
             down: vec![false; n],
             membership,
             let_in: me < founders,
+            founders_digest,
+            disowned: false,
             left: false,
             pending: Vec::new(),
             slots: HashMap::default(),
@@ -910,6 +917,9 @@ impl Node {
 
     /// Member `i`'s share of a quota no one has moved yet.
     fn first_share(&self, i: usize) -> u64 {
+        if i == self.me && self.disowned {
+            return 0;
+        }
         first_share(i, self.founders)
     }
 
@@ -1115,7 +1125,15 @@ impl Node {
             bytes.extend_from_slice(membership::MAGIC);
             bytes.extend_from_slice(&self.id.to_le_bytes());
             bytes.extend_from_slice(&to.to_le_bytes());
-            bytes.push(u8::from(self.config.mode == Mode::Escrow));
+            let mut flags = 0;
+            if self.config.mode == Mode::Escrow {
+                flags |= membership::ESCROW;
+            }
+            if self.me < self.founders {
+                flags |= membership::FOUNDER;
+            }
+            bytes.push(flags);
+            bytes.extend_from_slice(&self.founders_digest.to_le_bytes());
             bytes.extend_from_slice(&body);
             let bytes = self.seal(i, &bytes);
             self.sent.membership_datagrams += 1;
@@ -1149,19 +1167,23 @@ impl Node {
             return;
         }
         let head = membership::HEAD - membership::MAGIC.len();
-        let (Some(from), Some(to), Some(&escrow)) = (
-            body.get(..8)
+        let word = |at: usize| {
+            body.get(at..at + 8)
                 .and_then(|b| b.try_into().ok())
-                .map(u64::from_le_bytes),
-            body.get(8..16)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_le_bytes),
-            body.get(16),
-        ) else {
+                .map(u64::from_le_bytes)
+        };
+        let (Some(from), Some(to), Some(&flags), Some(digest)) =
+            (word(0), word(8), body.get(16), word(17))
+        else {
             self.dropped.malformed += 1;
             return;
         };
-        if to != self.id || from == self.id || (escrow == 1) != (self.config.mode == Mode::Escrow) {
+        if flags & !(membership::ESCROW | membership::FOUNDER) != 0 {
+            self.dropped.malformed += 1;
+            return;
+        }
+        let escrow = flags & membership::ESCROW != 0;
+        if to != self.id || from == self.id || escrow != (self.config.mode == Mode::Escrow) {
             self.dropped.strangers += 1;
             return;
         }
@@ -1181,6 +1203,50 @@ impl Node {
         if let (Some(sequence), None, Some(&i)) = (sequence, known, self.index.get(&from)) {
             self.windows[i].accept(sequence);
         }
+        // A co-founder (on this gateway's list, and founder by its own) made with another
+        // list: the first shares do not sum to the quota, and this gateway gives its up.
+        let cofounder = known.is_some_and(|i| i < self.founders);
+        if flags & membership::FOUNDER != 0
+            && cofounder
+            && self.me < self.founders
+            && digest != self.founders_digest
+        {
+            self.disown(now);
+        }
+    }
+
+    /// Gives up this gateway's first share of every quota, for good: its founders' list is
+    /// not its co-founders'. What it gave from it already is owed, repaid from the next
+    /// shares it is given.
+    fn disown(&mut self, now: u64) {
+        if self.disowned {
+            return;
+        }
+        self.disowned = true;
+        let first = first_share(self.me, self.founders);
+        for (slot, state) in &mut self.slots {
+            if let Bucket::Share(bucket) = &mut state.bucket {
+                let short = bucket.give_up(&slot.quota, now, first);
+                state.debt = state.debt.saturating_add(short);
+            }
+        }
+    }
+
+    /// Whether a co-founder of this gateway was made with another list of founders
+    /// ([`Node::new`]): this gateway then holds no first share of any quota (escrow; it
+    /// admits what its peers give it), and the lists want mending. Known once it hears such
+    /// a co-founder by SWIM ([`Config::discover`]), and for this run: restart it once its
+    /// co-founders agree (a list changed on some founders only leaves each that heard the
+    /// other list without its first share).
+    ///
+    /// ```
+    /// use ratewarden_mesh::{Config, Mode, Node};
+    /// let node = Node::new(1, &[1, 2], Config::new(Mode::Escrow));
+    /// assert!(!node.founders_disagree());
+    /// ```
+    #[must_use]
+    pub const fn founders_disagree(&self) -> bool {
+        self.disowned
     }
 
     fn fresh(&self, quota: &Quota, now: u64) -> Bucket {

@@ -400,6 +400,22 @@ impl MeshStore {
         self.shared.node().live(since)
     }
 
+    /// Whether a co-founder was made with another list of peers ([`Node::founders_disagree`]):
+    /// this gateway then holds no first share of any quota; restart it with the same peers
+    /// as the others.
+    ///
+    /// ```no_run
+    /// # fn run(store: ratewarden_mesh::MeshStore) {
+    /// if store.founders_disagree() {
+    ///     eprintln!("this gateway's mesh peers differ from its co-founders'");
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn founders_disagree(&self) -> bool {
+        self.shared.node().founders_disagree()
+    }
+
     /// Datagrams dropped so far, by reason.
     #[must_use]
     pub fn dropped(&self) -> Dropped {

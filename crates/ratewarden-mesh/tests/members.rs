@@ -526,3 +526,35 @@ fn a_gateway_that_leaves_hands_its_shares_to_the_live_members() {
     );
     assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
 }
+
+#[test]
+fn a_gateway_made_a_founder_with_a_list_its_peers_do_not_share_holds_no_first_share() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut mesh = Mesh::founded(&[1, 2, 3], Mode::Escrow);
+    // 4 was a joiner; it comes back made as a founder of a mesh of four.
+    mesh.nodes
+        .insert(4, Node::new(4, &[1, 2, 3, 4], config(Mode::Escrow)));
+    let mut admitted: Vec<(u64, u32)> = Vec::new();
+    for _ in 0..600 {
+        mesh.round();
+        let now = mesh.now();
+        for id in [1, 2, 3, 4] {
+            for _ in 0..10 {
+                let node = mesh.nodes.get_mut(&id).unwrap();
+                if node.check(now, &key, &quota, 1).unwrap().is_allowed() {
+                    admitted.push((now.as_micros(), 1));
+                }
+            }
+        }
+    }
+    let held: u64 = [1, 2, 3, 4]
+        .iter()
+        .map(|id| mesh.nodes[id].share(&key, &quota).unwrap())
+        .sum();
+    assert!(held <= 1_000_000, "shares sum to {held} millionths");
+    assert!(mesh.nodes[&4].founders_disagree());
+    assert!(!mesh.nodes[&1].founders_disagree());
+    // Its first second, before it hears a founder, is all it may admit over.
+    assert_never_over(&admitted, 600.0 + 150.0 + 10.0, 600.0 / 60_000_000.0);
+}
