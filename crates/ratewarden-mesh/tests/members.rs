@@ -558,3 +558,30 @@ fn a_gateway_made_a_founder_with_a_list_its_peers_do_not_share_holds_no_first_sh
     // Its first second, before it hears a founder, is all it may admit over.
     assert_never_over(&admitted, 600.0 + 150.0 + 10.0, 600.0 / 60_000_000.0);
 }
+
+/// SWIM's steady cost, printed with `--nocapture` (BENCHMARKS.md has the figures): a probe
+/// and its answer about each second, and gossip of what changed.
+#[test]
+fn swim_costs_a_few_hundred_bytes_a_gateway_a_second() {
+    for n in [4_u64, 10, 32] {
+        let ids: Vec<NodeId> = (1..=n).collect();
+        let mut mesh = Mesh::founded(&ids, Mode::Escrow);
+        let seconds = 60;
+        for _ in 0..seconds * 10 {
+            mesh.round();
+        }
+        let (datagrams, bytes) = mesh.nodes.values().fold((0, 0), |(d, b), node| {
+            let sent = node.sent();
+            (d + sent.membership_datagrams, b + sent.membership_bytes)
+        });
+        let per = (n * seconds) as f64;
+        let (datagrams, bytes) = (datagrams as f64 / per, bytes as f64 / per);
+        println!(
+            "{n} gateways: {datagrams:.1} SWIM datagrams, {bytes:.0} bytes a gateway a second"
+        );
+        assert!(
+            bytes <= 500.0,
+            "{bytes:.0} bytes a gateway a second at n = {n}"
+        );
+    }
+}
