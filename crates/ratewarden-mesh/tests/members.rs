@@ -28,9 +28,13 @@ struct Mesh {
 
 impl Mesh {
     fn founded(ids: &[NodeId], mode: Mode) -> Self {
+        Self::founded_with(ids, &config(mode))
+    }
+
+    fn founded_with(ids: &[NodeId], config: &Config) -> Self {
         let nodes = ids
             .iter()
-            .map(|&id| (id, Node::new(id, ids, config(mode))))
+            .map(|&id| (id, Node::new(id, ids, config.clone())))
             .collect();
         Self {
             nodes,
@@ -83,6 +87,35 @@ impl Mesh {
             }
         }
         panic!("not done within {most} rounds");
+    }
+
+    /// Each of `ids` asks for a unit of `key` under `quota` ten times now; what is admitted
+    /// is logged in `admitted` (µs, units). Answers how many were.
+    fn ask(
+        &mut self,
+        ids: &[NodeId],
+        (key, quota): (&Key, &Quota),
+        admitted: &mut Vec<(u64, u32)>,
+    ) -> usize {
+        let now = self.now();
+        let before = admitted.len();
+        for id in ids {
+            let node = self.nodes.get_mut(id).unwrap();
+            for _ in 0..10 {
+                if node.check(now, key, quota, 1).unwrap().is_allowed() {
+                    admitted.push((now.as_micros(), 1));
+                }
+            }
+        }
+        admitted.len() - before
+    }
+
+    /// The shares `ids` hold of `key` under `quota`, in millionths (none for a node without
+    /// state for it).
+    fn held(&self, ids: &[NodeId], key: &Key, quota: &Quota) -> u64 {
+        ids.iter()
+            .map(|id| self.nodes[id].share(key, quota).unwrap_or(0))
+            .sum()
     }
 
     fn sorted_members(&self, id: NodeId) -> Vec<NodeId> {
@@ -256,15 +289,7 @@ fn a_gateway_of_the_other_mode_cannot_join() {
 fn no_more_members_than_the_bound_are_let_in() {
     let mut founders = config(Mode::Eventual);
     founders.max_members = 3;
-    let mut mesh = Mesh {
-        nodes: [1, 2]
-            .iter()
-            .map(|&id| (id, Node::new(id, &[1, 2], founders.clone())))
-            .collect(),
-        cut: Vec::new(),
-        apart: Vec::new(),
-        round: 0,
-    };
+    let mut mesh = Mesh::founded_with(&[1, 2], &founders);
     for id in 3..=6 {
         mesh.nodes
             .insert(id, Node::join(id, &[1], config(Mode::Eventual)));
@@ -316,17 +341,7 @@ fn a_joiner_restarted_where_only_its_seed_hears_it_then_dead_leaves_the_mesh_wit
     mesh.nodes
         .insert(4, Node::join(4, &[1], config(Mode::Escrow)));
     let mut admitted: Vec<(u64, u32)> = Vec::new();
-    let mut ask = |mesh: &mut Mesh, ids: &[NodeId]| {
-        let now = mesh.now();
-        for id in ids {
-            let node = mesh.nodes.get_mut(id).unwrap();
-            for _ in 0..10 {
-                if node.check(now, &key, &quota, 1).unwrap().is_allowed() {
-                    admitted.push((now.as_micros(), 1));
-                }
-            }
-        }
-    };
+    let mut ask = |mesh: &mut Mesh, ids: &[NodeId]| mesh.ask(ids, (&key, &quota), &mut admitted);
     // The joiner is given shares as it asks; then 2 asks and the joiner passes them on.
     for r in 0..600 {
         mesh.round();
@@ -348,10 +363,7 @@ fn a_joiner_restarted_where_only_its_seed_hears_it_then_dead_leaves_the_mesh_wit
     }
     // The shares held, the dead joiner's among them, sum to the whole quota at most (parts
     // per million).
-    let held: u64 = [1, 2, 3, 4]
-        .iter()
-        .map(|id| mesh.nodes[id].share(&key, &quota).unwrap_or(0))
-        .sum();
+    let held = mesh.held(&[1, 2, 3, 4], &key, &quota);
     assert!(held <= 1_000_000, "shares sum to {held} millionths");
     assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
 }
@@ -360,15 +372,7 @@ fn a_joiner_restarted_where_only_its_seed_hears_it_then_dead_leaves_the_mesh_wit
 fn an_eventual_joiner_no_member_lets_in_admits_nothing() {
     let mut full = config(Mode::Eventual);
     full.max_members = 2;
-    let mut mesh = Mesh {
-        nodes: [1, 2]
-            .iter()
-            .map(|&id| (id, Node::new(id, &[1, 2], full.clone())))
-            .collect(),
-        cut: Vec::new(),
-        apart: Vec::new(),
-        round: 0,
-    };
+    let mut mesh = Mesh::founded_with(&[1, 2], &full);
     mesh.nodes
         .insert(3, Node::join(3, &[1], config(Mode::Eventual)));
     let quota: Quota = "60/min".parse().unwrap();
@@ -426,18 +430,8 @@ fn a_restarted_gateway_gives_no_share_to_a_member_that_died_before() {
     let quota: Quota = "600/min burst 600".parse().unwrap();
     let key = Key::from("k");
     let mut mesh = Mesh::founded(&[1, 2, 3], Mode::Escrow);
-    let ask = |mesh: &mut Mesh, ids: &[NodeId]| {
-        let now = mesh.now();
-        for id in ids {
-            for _ in 0..10 {
-                mesh.nodes
-                    .get_mut(id)
-                    .unwrap()
-                    .check(now, &key, &quota, 1)
-                    .unwrap();
-            }
-        }
-    };
+    let mut admitted = Vec::new();
+    let mut ask = |mesh: &mut Mesh, ids: &[NodeId]| mesh.ask(ids, (&key, &quota), &mut admitted);
     for _ in 0..100 {
         mesh.round();
         ask(&mut mesh, &[1, 2, 3]);
@@ -457,10 +451,7 @@ fn a_restarted_gateway_gives_no_share_to_a_member_that_died_before() {
         mesh.round();
         ask(&mut mesh, &[1, 2]);
     }
-    let held: u64 = [1, 2]
-        .iter()
-        .map(|id| mesh.nodes[id].share(&key, &quota).unwrap())
-        .sum();
+    let held = mesh.held(&[1, 2], &key, &quota);
     assert!(
         held + died_with >= 999_000,
         "the live members hold {held} millionths, the dead one held {died_with}"
@@ -473,20 +464,7 @@ fn a_gateway_that_leaves_hands_its_shares_to_the_live_members() {
     let key = Key::from("k");
     let mut mesh = Mesh::founded(&[1, 2, 3, 4], Mode::Escrow);
     let mut admitted: Vec<(u64, u32)> = Vec::new();
-    let mut ask = |mesh: &mut Mesh, ids: &[NodeId]| {
-        let now = mesh.now();
-        let mut by = 0;
-        for id in ids {
-            for _ in 0..10 {
-                let node = mesh.nodes.get_mut(id).unwrap();
-                if node.check(now, &key, &quota, 1).unwrap().is_allowed() {
-                    admitted.push((now.as_micros(), 1));
-                    by += 1;
-                }
-            }
-        }
-        by
-    };
+    let mut ask = |mesh: &mut Mesh, ids: &[NodeId]| mesh.ask(ids, (&key, &quota), &mut admitted);
     // 4 dies first: what it holds stays with it.
     for _ in 0..100 {
         mesh.round();
@@ -516,10 +494,7 @@ fn a_gateway_that_leaves_hands_its_shares_to_the_live_members() {
         mesh.round();
         ask(&mut mesh, &[1, 2]);
     }
-    let held: u64 = [1, 2]
-        .iter()
-        .map(|id| mesh.nodes[id].share(&key, &quota).unwrap())
-        .sum();
+    let held = mesh.held(&[1, 2], &key, &quota);
     assert!(
         held + died_with >= 999_000,
         "the live members hold {held} millionths, the dead one held {died_with}"
@@ -538,20 +513,9 @@ fn a_gateway_made_a_founder_with_a_list_its_peers_do_not_share_holds_no_first_sh
     let mut admitted: Vec<(u64, u32)> = Vec::new();
     for _ in 0..600 {
         mesh.round();
-        let now = mesh.now();
-        for id in [1, 2, 3, 4] {
-            for _ in 0..10 {
-                let node = mesh.nodes.get_mut(&id).unwrap();
-                if node.check(now, &key, &quota, 1).unwrap().is_allowed() {
-                    admitted.push((now.as_micros(), 1));
-                }
-            }
-        }
+        mesh.ask(&[1, 2, 3, 4], (&key, &quota), &mut admitted);
     }
-    let held: u64 = [1, 2, 3, 4]
-        .iter()
-        .map(|id| mesh.nodes[id].share(&key, &quota).unwrap())
-        .sum();
+    let held = mesh.held(&[1, 2, 3, 4], &key, &quota);
     assert!(held <= 1_000_000, "shares sum to {held} millionths");
     assert!(mesh.nodes[&4].founders_disagree());
     assert!(!mesh.nodes[&1].founders_disagree());

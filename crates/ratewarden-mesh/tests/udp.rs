@@ -6,7 +6,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use ratewarden_core::{Key, Quota, Store};
-use ratewarden_mesh::{MeshStore, Mode};
+use ratewarden_mesh::{MeshBuilder, MeshStore, Mode};
 
 const SECRET: &[u8] = b"a secret the test's gateways share";
 
@@ -27,18 +27,20 @@ async fn mesh(n: usize, mode: Mode) -> Vec<MeshStore> {
             .enumerate()
             .filter(|&(j, _)| j != i)
             .map(|(_, &a)| a);
-        let store = MeshStore::builder(addr)
-            .peers(peers)
-            .mode(mode)
-            .interval(Duration::from_millis(20))
-            .secret(SECRET)
-            .unwrap()
-            .bind()
-            .await
-            .unwrap();
-        stores.push(store);
+        stores.push(bind(MeshStore::builder(addr).peers(peers).mode(mode)).await);
     }
     stores
+}
+
+/// A gateway of the tests' meshes: gossip every 20 ms, sealed under the tests' secret.
+async fn bind(builder: MeshBuilder) -> MeshStore {
+    builder
+        .interval(Duration::from_millis(20))
+        .secret(SECRET)
+        .unwrap()
+        .bind()
+        .await
+        .unwrap()
 }
 
 async fn until_all_live(stores: &[MeshStore]) {
@@ -159,15 +161,7 @@ async fn a_gateway_joins_a_running_mesh_and_shares_its_quota() {
     let mut stores = mesh(2, Mode::Escrow).await;
     until_all_live(&stores).await;
     let seed = stores[0].local_addr();
-    let joiner = MeshStore::builder(free_addrs(1)[0])
-        .join([seed])
-        .interval(Duration::from_millis(20))
-        .secret(SECRET)
-        .unwrap()
-        .bind()
-        .await
-        .unwrap();
-    stores.push(joiner);
+    stores.push(bind(MeshStore::builder(free_addrs(1)[0]).join([seed])).await);
     // Every member learns of it (the founder it did not name by SWIM), and it of them.
     until_all_live(&stores).await;
     for store in &stores {
