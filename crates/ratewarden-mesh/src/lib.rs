@@ -138,15 +138,18 @@
 //! - A gateway SWIM took for dead that comes back (a partition healed, datagrams lost) is
 //!   the same gateway: it keeps its shares and what it exchanged. A restarted one is a
 //!   later run ([`Config::incarnation`]), and its peers settle with the run before as soon
-//!   as any of them hears of the later one, by its datagrams or by SWIM's: shares held sum
-//!   to the whole quota even when only one peer ever heard the later run.
+//!   as any of them hears of the later one, by its datagrams or by SWIM's (a peer that
+//!   hears it by gossip tells SWIM, which passes it on): shares held sum to the whole quota
+//!   even when only one peer ever heard the later run.
 //! - A gateway that knows no live member (every peer it knew taken for dead) asks every
 //!   gateway it ever knew, every ten probes, to let it in, so the sides of a healed
 //!   partition find each other again though the seeds are gone.
-//! - In eventual mode a joiner admits **nothing** until a member counts it (it hears its
-//!   gossip), so one turned away (by the bound on members, or a mesh that never answers)
-//!   never decides alone, unseen. Once let in it counts as one of the `N` of eventual's
-//!   bound.
+//! - In eventual mode a joiner admits **nothing** until a founder counts it (it hears
+//!   one by SWIM: a gateway sends to its members only), so one turned away (by the bound
+//!   on members, or a mesh that never answers), or counted by other joiners only, never
+//!   decides unseen. Once let in it counts as one of the `N` of eventual's bound. At the
+//!   bound on members, two joiners arriving at once may each be let in by some founders
+//!   and not others: those others do not count its units.
 //!
 //! SWIM's traffic is counted apart from the gossip's ([`Sent::membership_bytes`]): a probe
 //! and its answer each second or so, and a few datagrams on each change of membership.

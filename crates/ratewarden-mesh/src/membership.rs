@@ -87,6 +87,8 @@ pub(crate) struct Membership {
     timers: Vec<(u64, Timer<Member>)>,
     /// When it last asked the gateways it knows to let it in, knowing no live member (µs).
     announced: Option<u64>,
+    /// The latest time it was given (µs): a clock stepped back moves its timers back too.
+    last: u64,
     /// How often it asks them again while it knows no live member (µs).
     announce_every: u64,
 }
@@ -140,6 +142,7 @@ impl Membership {
             runtime: AccumulatingRuntime::new(),
             timers: Vec::new(),
             announced: None,
+            last: 0,
             announce_every,
         }
     }
@@ -178,6 +181,15 @@ impl Membership {
             .change_identity(Member { id, run, back: 0 }, &mut self.runtime);
     }
 
+    /// Tells SWIM that member `id` runs as `run` (heard by the gossip): a later run than
+    /// SWIM knew replaces the one before, and SWIM passes it on.
+    pub(crate) fn learn(&mut self, id: NodeId, run: u64) {
+        let member = foca::Member::alive(Member { id, run, back: 0 });
+        let _ = self
+            .swim
+            .apply_many(std::iter::once(member), true, &mut self.runtime);
+    }
+
     /// Applies a membership datagram's body. `false`: SWIM could not read it.
     pub(crate) fn receive(&mut self, now: u64, body: &[u8]) -> bool {
         self.fire(now);
@@ -214,6 +226,15 @@ impl Membership {
 
     /// Hands SWIM the timers due at `now`, earliest first.
     fn fire(&mut self, now: u64) {
+        if now < self.last {
+            // The clock stepped back: what was due in a while still is, not in an hour.
+            let back = self.last - now;
+            for (due, _) in &mut self.timers {
+                *due = due.saturating_sub(back);
+            }
+            self.announced = self.announced.map(|at| at.saturating_sub(back));
+        }
+        self.last = now;
         loop {
             let Some(next) = self
                 .timers

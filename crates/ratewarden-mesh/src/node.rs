@@ -242,7 +242,7 @@ pub struct Node {
     /// Members SWIM found dead or that left.
     down: Vec<bool>,
     membership: Option<Membership>,
-    /// Whether a member counts this gateway (it heard one's gossip), or it founded the
+    /// Whether a founder counts this gateway (it heard one by SWIM), or it founded the
     /// mesh: until then an eventual joiner admits nothing.
     let_in: bool,
     /// A digest of the founders ([`membership::founders_digest`]).
@@ -1182,7 +1182,10 @@ impl Node {
             self.dropped.malformed += 1;
             return;
         }
-        let escrow = flags & membership::ESCROW != 0;
+        let (escrow, founder) = (
+            flags & membership::ESCROW != 0,
+            flags & membership::FOUNDER != 0,
+        );
         if to != self.id || from == self.id || escrow != (self.config.mode == Mode::Escrow) {
             self.dropped.strangers += 1;
             return;
@@ -1203,14 +1206,13 @@ impl Node {
         if let (Some(sequence), None, Some(&i)) = (sequence, known, self.index.get(&from)) {
             self.windows[i].accept(sequence);
         }
+        // A founder sends to its members only: it counts this gateway (a joiner counted by
+        // joiners alone is counted by no one who decides).
+        self.let_in |= founder;
         // A co-founder (on this gateway's list, and founder by its own) made with another
         // list: the first shares do not sum to the quota, and this gateway gives its up.
         let cofounder = known.is_some_and(|i| i < self.founders);
-        if flags & membership::FOUNDER != 0
-            && cofounder
-            && self.me < self.founders
-            && digest != self.founders_digest
-        {
+        if founder && cofounder && self.me < self.founders && digest != self.founders_digest {
             self.disown(now);
         }
     }
@@ -1467,7 +1469,14 @@ impl Node {
             }
             _ => {}
         }
+        if self.incarnations[from].is_some_and(|known| datagram.incarnation > known)
+            && let Some(membership) = &mut self.membership
+        {
+            // SWIM passes the later run on, to peers that may never hear it themselves.
+            membership.learn(datagram.from, datagram.incarnation);
+        }
         self.incarnations[from] = Some(datagram.incarnation);
+        self.membership_out(now);
         // A peer that knows this gateway by a higher incarnation, or took higher sequence
         // numbers from it than this run sent, saw a run of it before this one (a clock
         // behind, the same incarnation again): this run moves above, or it would never be
@@ -1481,8 +1490,6 @@ impl Node {
         *sequence = (*sequence).max(datagram.to_sequence);
         self.heard[from] = Some(now);
         self.heard_round[from] = self.round;
-        // A peer gossips to its members only: this gateway is one of them.
-        self.let_in = true;
         let (relay, members) = (self.relay_rounds, self.members.len());
         // Transfers and acknowledgements meant for this gateway's incarnation before are void.
         let for_me = datagram.to_incarnation == self.config.incarnation;

@@ -17,12 +17,19 @@ fn config(mode: Mode) -> Config {
     config
 }
 
+/// Whether sealed bytes are a SWIM datagram: its magic follows the seal's sequence number.
+fn is_swim(bytes: &[u8]) -> bool {
+    bytes.get(8..12) == Some(b"RWS1")
+}
+
 /// Nodes by id, which of them are cut off (they send and hear nothing), and pairs of them
 /// that do not hear each other.
 struct Mesh {
     nodes: HashMap<NodeId, Node>,
     cut: Vec<NodeId>,
     apart: Vec<(NodeId, NodeId)>,
+    /// Gateways whose SWIM datagrams are lost (their gossip arrives).
+    swim_lost: Vec<NodeId>,
     round: u64,
 }
 
@@ -40,6 +47,7 @@ impl Mesh {
             nodes,
             cut: Vec::new(),
             apart: Vec::new(),
+            swim_lost: Vec::new(),
             round: 0,
         }
     }
@@ -70,6 +78,7 @@ impl Mesh {
                 || self.cut.contains(&to)
                 || self.apart.contains(&(from, to))
                 || self.apart.contains(&(to, from))
+                || (self.swim_lost.contains(&from) && is_swim(&datagram.bytes))
             {
                 continue;
             }
@@ -548,4 +557,69 @@ fn swim_costs_a_few_hundred_bytes_a_gateway_a_second() {
             "{bytes:.0} bytes a gateway a second at n = {n}"
         );
     }
+}
+
+#[test]
+fn eventual_joiners_the_founders_turn_away_do_not_let_each_other_in() {
+    let mut full = config(Mode::Eventual);
+    full.max_members = 2;
+    let mut mesh = Mesh::founded_with(&[1, 2], &full);
+    mesh.nodes
+        .insert(3, Node::join(3, &[1], config(Mode::Eventual)));
+    mesh.nodes
+        .insert(4, Node::join(4, &[1, 3], config(Mode::Eventual)));
+    let quota: Quota = "60/min".parse().unwrap();
+    let key = Key::from("k");
+    let mut by_joiners = 0;
+    for _ in 0..600 {
+        mesh.round();
+        let now = mesh.now();
+        for id in [3, 4] {
+            let node = mesh.nodes.get_mut(&id).unwrap();
+            by_joiners += usize::from(node.check(now, &key, &quota, 1).unwrap().is_allowed());
+        }
+    }
+    assert_eq!(by_joiners, 0, "joiners no founder counts decided");
+}
+
+#[test]
+fn a_restart_one_peer_hears_only_by_gossip_reaches_every_peer_by_swim() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut mesh = Mesh::founded(&[1, 2, 3], Mode::Escrow);
+    let mut admitted = Vec::new();
+    // 1 and 3 give 2 most of their shares.
+    for r in 0..400 {
+        mesh.round();
+        let ids: &[NodeId] = if r < 3 { &[1, 2, 3] } else { &[2] };
+        mesh.ask(ids, (&key, &quota), &mut admitted);
+    }
+    // 3 restarts; 1 hears its gossip only, 2 nothing of it; it dies a second later.
+    let mut later = config(Mode::Escrow);
+    later.incarnation = 1_000_000;
+    mesh.nodes.insert(3, Node::new(3, &[1, 2, 3], later));
+    mesh.apart.push((3, 2));
+    mesh.swim_lost.push(3);
+    for _ in 0..10 {
+        mesh.round();
+    }
+    mesh.cut.push(3);
+    for _ in 0..100 {
+        mesh.round();
+    }
+    let held = mesh.held(&[1, 2, 3], &key, &quota);
+    assert!(held <= 1_000_000, "shares sum to {held} millionths");
+}
+
+#[test]
+fn swim_finds_a_dead_member_though_the_clock_stepped_back_an_hour() {
+    let mut mesh = Mesh::founded(&[1, 2, 3], Mode::Escrow);
+    mesh.round = 36_000 + 100;
+    mesh.rounds_until(100, |mesh| (1..=3).all(|id| mesh.live(id) == [1, 2, 3]));
+    mesh.round -= 36_000;
+    mesh.cut.push(3);
+    // `live` counts SWIM's verdict only once it is heard of: it must come within seconds.
+    mesh.rounds_until(300, |mesh| {
+        !mesh.nodes[&1].live(Timestamp::from_micros(0)).contains(&3)
+    });
 }
