@@ -131,10 +131,13 @@
 //! sealed datagrams: a joiner's arrival, a departure ([`Node::leave`]), a death (probes
 //! unanswered, then suspicion for some seconds). A member that left or died, or that this
 //! run of the gateway never heard from, is given no more shares and is not
-//! [live](Node::live); it stays listed, and what it held stays with it until it comes back.
-//! A gateway without the secret, or of the other mode, is never let in, and at most
-//! [`Config::max_members`] are.
+//! [live](Node::live); it stays listed. A gateway without the secret, or of the other
+//! mode, is never let in, and at most [`Config::max_members`] are.
 //!
+//! - A gateway that leaves ([`Node::leave`], [`MeshStore::leave`]) admits nothing more and
+//!   hands its escrow shares to the live members, until they acknowledge them
+//!   ([`Node::parted`]); what a reservation or a window's count pins goes once they no
+//!   longer do. One that dies keeps what it held until it comes back.
 //! - A gateway SWIM took for dead that comes back (a partition healed, datagrams lost) is
 //!   the same gateway: it keeps its shares and what it exchanged. A restarted one is a
 //!   later run ([`Config::incarnation`]), and its peers settle with the run before as soon

@@ -996,8 +996,7 @@ impl Node {
     }
 
     /// Whether every share this gateway gave is acknowledged, and, once it
-    /// [left](Self::leave), it holds none it could give: it may stop without throwing
-    /// quota away.
+    /// [left](Self::leave), it holds none: it may stop without throwing quota away.
     ///
     /// ```
     /// use ratewarden_core::{Key, Quota, Timestamp};
