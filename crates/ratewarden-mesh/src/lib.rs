@@ -137,7 +137,8 @@
 //! - A gateway that leaves ([`Node::leave`], [`MeshStore::leave`]) admits nothing more and
 //!   hands its escrow shares to the live members, until they acknowledge them
 //!   ([`Node::parted`]); what a reservation or a window's count pins goes once they no
-//!   longer do. One that dies keeps what it held until it comes back.
+//!   longer do. Every datagram it sends says it left, so peers that missed SWIM's word
+//!   give it nothing more. One that dies keeps what it held until it comes back.
 //! - A gateway SWIM took for dead that comes back (a partition healed, datagrams lost) is
 //!   the same gateway: it keeps its shares and what it exchanged. A restarted one is a
 //!   later run ([`Config::incarnation`]), and its peers settle with the run before as soon
@@ -150,7 +151,8 @@
 //! - In eventual mode a joiner admits **nothing** until a founder counts it (it hears
 //!   one by SWIM: a gateway sends to its members only), so one turned away (by the bound
 //!   on members, or a mesh that never answers), or counted by other joiners only, never
-//!   decides unseen. Once let in it counts as one of the `N` of eventual's bound. At the
+//!   decides unseen (a member holding the secret that calls itself a founder is believed,
+//!   as members are). Once let in it counts as one of the `N` of eventual's bound. At the
 //!   bound on members, two joiners arriving at once may each be let in by some founders
 //!   and not others: those others do not count its units.
 //!
@@ -207,11 +209,16 @@
 //!   is unused until it comes back: at most its share of the quota, which is `1 / N` unless
 //!   it was drawing more to serve a burst.
 //! - **Founders agree, and a joiner comes back by joining.** Each founder is made with the
-//!   same list. With [`Config::discover`] a founder that hears a co-founder made with
+//!   same list. With [`Config::discover`] a founder that hears a founder made with
 //!   another list gives up its first share of every quota for the rest of its run
-//!   ([`Node::founders_disagree`]): until it hears one (a probe, about a second), it may
-//!   admit up to that first share over the quota. Without discovery nothing checks the
+//!   ([`Node::founders_disagree`]), so every founder that hears a misconfigured one
+//!   admits only what is given it; until it hears one (a probe, about a second), it may
+//!   admit up to its first share over the quota. Without discovery nothing checks the
 //!   lists.
+//! - **A founder that leaves for good hands over the keys it saw.** Its first share of a
+//!   key it never saw is nowhere to hand over, and stays unused: the founders left hold
+//!   `(N − 1) / N` of such keys. Found a mesh with gateways that stay, and let those
+//!   that come and go join (a joiner holds no first share).
 //! - **Members are kept for good.** A member that left or died stays listed (a few words a
 //!   slot), and counts against [`Config::max_members`]: a mesh that has seen that many
 //!   gateways lets no more join (they are dropped as [`Dropped::strangers`]).

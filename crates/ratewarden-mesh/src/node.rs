@@ -1208,10 +1208,9 @@ impl Node {
         // A founder sends to its members only: it counts this gateway (a joiner counted by
         // joiners alone is counted by no one who decides).
         self.let_in |= founder;
-        // A co-founder (on this gateway's list, and founder by its own) made with another
-        // list: the first shares do not sum to the quota, and this gateway gives its up.
-        let cofounder = known.is_some_and(|i| i < self.founders);
-        if founder && cofounder && self.me < self.founders && digest != self.founders_digest {
+        // A founder (by its own list) made with another list than this gateway's: the first
+        // shares do not sum to the quota, and this gateway gives its up.
+        if founder && self.me < self.founders && digest != self.founders_digest {
             self.disown(now);
         }
     }
@@ -1233,12 +1232,12 @@ impl Node {
         }
     }
 
-    /// Whether a co-founder of this gateway was made with another list of founders
-    /// ([`Node::new`]): this gateway then holds no first share of any quota (escrow; it
-    /// admits what its peers give it), and the lists want mending. Known once it hears such
-    /// a co-founder by SWIM ([`Config::discover`]), and for this run: restart it once its
-    /// co-founders agree (a list changed on some founders only leaves each that heard the
-    /// other list without its first share).
+    /// Whether this founder heard a gateway made a founder with another list of founders
+    /// ([`Node::new`]): the first shares then do not sum to the quota, and this gateway holds
+    /// no first share of any quota (escrow; it admits what its peers give it) until the
+    /// lists are mended. Known once it hears such a founder by SWIM ([`Config::discover`]),
+    /// and for this run: restart it once the founders agree (a list changed on some
+    /// founders only leaves each that heard the other list without its first share).
     ///
     /// ```
     /// use ratewarden_mesh::{Config, Mode, Node};
@@ -1324,6 +1323,7 @@ impl Node {
                 to_incarnation: self.incarnations[i].unwrap_or(0),
                 to_sequence: self.windows[i].highest(),
                 escrow: self.config.mode == Mode::Escrow,
+                left: self.left,
                 ..Datagram::default()
             })
             .collect();
@@ -1468,13 +1468,19 @@ impl Node {
             }
             _ => {}
         }
-        if self.incarnations[from].is_some_and(|known| datagram.incarnation > known)
-            && let Some(membership) = &mut self.membership
-        {
+        let later = self.incarnations[from].is_some_and(|known| datagram.incarnation > known);
+        if later && let Some(membership) = &mut self.membership {
             // SWIM passes the later run on, to peers that may never hear it themselves.
             membership.learn(datagram.from, datagram.incarnation);
         }
         self.incarnations[from] = Some(datagram.incarnation);
+        // A member that left says so in every datagram (its SWIM leave may be lost); a later
+        // run of it is back.
+        if datagram.left {
+            self.down[from] = true;
+        } else if later {
+            self.down[from] = false;
+        }
         self.membership_out(now);
         // A peer that knows this gateway by a higher incarnation, or took higher sequence
         // numbers from it than this run sent, saw a run of it before this one (a clock

@@ -400,9 +400,9 @@ impl MeshStore {
         self.shared.node().live(since)
     }
 
-    /// Whether a co-founder was made with another list of peers ([`Node::founders_disagree`]):
-    /// this gateway then holds no first share of any quota; restart it with the same peers
-    /// as the others.
+    /// Whether a gateway made a founder with another list of peers was heard
+    /// ([`Node::founders_disagree`]): this gateway then holds no first share of any quota;
+    /// restart the founders with the same peers.
     ///
     /// ```no_run
     /// # fn run(store: ratewarden_mesh::MeshStore) {

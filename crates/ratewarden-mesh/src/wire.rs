@@ -16,6 +16,10 @@ use ratewarden_core::{Algorithm, Key, KeyRepr, MAX_KEY_LEN, Quota};
 pub type NodeId = u64;
 
 const MAGIC: &[u8; 4] = b"RWM3";
+/// A head flag: the sender runs escrow.
+const ESCROW: u8 = 1;
+/// A head flag: the sender left the mesh.
+const LEFT: u8 = 2;
 
 /// One key under one quota, checked or reserved: what the mesh keeps state for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -112,6 +116,8 @@ pub struct Datagram {
     pub to_sequence: u64,
     /// Whether the sender runs escrow mode (a gateway drops datagrams of the other mode).
     pub escrow: bool,
+    /// Whether the sender left the mesh (it admits nothing, and is given nothing more).
+    pub left: bool,
     /// Entries, any origin's.
     pub entries: Vec<Entry>,
     /// The sender's transfers to the receiver.
@@ -191,13 +197,15 @@ impl Datagram {
             incarnation: r.u64()?,
             to_incarnation: r.u64()?,
             to_sequence: r.u64()?,
-            escrow: match r.take(1)?[0] {
-                0 => false,
-                1 => true,
-                _ => return Err(WireError::Invalid),
-            },
             ..Self::default()
         };
+        match r.take(1)?[0] {
+            flags if flags & !(ESCROW | LEFT) == 0 => {
+                datagram.escrow = flags & ESCROW != 0;
+                datagram.left = flags & LEFT != 0;
+            }
+            _ => return Err(WireError::Invalid),
+        }
         for section in 0..3 {
             let n = r.u16()?;
             for _ in 0..n {
@@ -287,7 +295,14 @@ impl Writer {
         head.extend_from_slice(&datagram.incarnation.to_le_bytes());
         head.extend_from_slice(&datagram.to_incarnation.to_le_bytes());
         head.extend_from_slice(&datagram.to_sequence.to_le_bytes());
-        head.push(u8::from(datagram.escrow));
+        let mut flags = 0;
+        if datagram.escrow {
+            flags |= ESCROW;
+        }
+        if datagram.left {
+            flags |= LEFT;
+        }
+        head.push(flags);
         Self {
             head,
             sections: Default::default(),
@@ -454,6 +469,7 @@ mod tests {
             to_incarnation: 8,
             to_sequence: 9,
             escrow: true,
+            left: true,
             entries: (0..40)
                 .map(|i| Entry {
                     slot: Slot {
@@ -486,11 +502,13 @@ mod tests {
             to_incarnation: 8,
             to_sequence: 9,
             escrow: true,
+            left: true,
             ..Datagram::default()
         };
         for part in &parts {
             assert!(part.len() <= 500, "{}", part.len());
             let d = Datagram::decode(part).expect("decodes");
+            assert!(d.escrow && d.left);
             joined.entries.extend(d.entries);
             joined.transfers.extend(d.transfers);
             joined.acks.extend(d.acks);

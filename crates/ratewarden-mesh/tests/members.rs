@@ -526,9 +526,9 @@ fn a_gateway_made_a_founder_with_a_list_its_peers_do_not_share_holds_no_first_sh
     }
     let held = mesh.held(&[1, 2, 3, 4], &key, &quota);
     assert!(held <= 1_000_000, "shares sum to {held} millionths");
-    assert!(mesh.nodes[&4].founders_disagree());
-    assert!(!mesh.nodes[&1].founders_disagree());
-    // Its first second, before it hears a founder, is all it may admit over.
+    // Every founder that hears the other list gives up its first shares.
+    assert!((1..=4).all(|id| mesh.nodes[&id].founders_disagree()));
+    // The first second, before they hear each other, is all they may admit over.
     assert_never_over(&admitted, 600.0 + 150.0 + 10.0, 600.0 / 60_000_000.0);
 }
 
@@ -622,4 +622,60 @@ fn swim_finds_a_dead_member_though_the_clock_stepped_back_an_hour() {
     mesh.rounds_until(300, |mesh| {
         !mesh.nodes[&1].live(Timestamp::from_micros(0)).contains(&3)
     });
+}
+
+#[test]
+fn two_groups_of_founders_bridged_by_a_joiner_give_up_their_first_shares() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut mesh = Mesh::founded(&[1, 2], Mode::Escrow);
+    for id in [3, 4] {
+        mesh.nodes
+            .insert(id, Node::new(id, &[3, 4], config(Mode::Escrow)));
+    }
+    mesh.nodes
+        .insert(5, Node::join(5, &[1, 3], config(Mode::Escrow)));
+    for _ in 0..100 {
+        mesh.round();
+    }
+    let mut admitted = Vec::new();
+    for _ in 0..600 {
+        mesh.round();
+        mesh.ask(&[1, 2, 3, 4], (&key, &quota), &mut admitted);
+    }
+    let held = mesh.held(&[1, 2, 3, 4, 5], &key, &quota);
+    assert!(held <= 1_000_000, "shares sum to {held} millionths");
+    assert!((1..=4).all(|id| mesh.nodes[&id].founders_disagree()));
+}
+
+#[test]
+fn peers_that_miss_a_leave_by_swim_learn_it_from_the_gossip() {
+    for discover in [true, false] {
+        let quota: Quota = "600/min burst 600".parse().unwrap();
+        let key = Key::from("k");
+        let mut founders = config(Mode::Escrow);
+        founders.discover = discover;
+        let mut mesh = Mesh::founded_with(&[1, 2, 3], &founders);
+        let mut admitted = Vec::new();
+        // 1 draws most shares, then 3 asks too.
+        for r in 0..303 {
+            mesh.round();
+            let ids: &[NodeId] = if r < 300 { &[1] } else { &[1, 3] };
+            mesh.ask(ids, (&key, &quota), &mut admitted);
+        }
+        // 3 leaves; its SWIM datagrams are lost.
+        mesh.swim_lost.push(3);
+        let now = mesh.now();
+        let out = mesh.nodes.get_mut(&3).unwrap().leave(now);
+        mesh.deliver(now, out.into_iter().map(|o| (3, o)).collect());
+        let parted = mesh.rounds_until(50, |mesh| mesh.nodes[&3].parted());
+        assert!(parted <= 10, "parted {parted} rounds after leaving");
+        mesh.cut.push(3);
+        for _ in 0..600 {
+            mesh.round();
+            mesh.ask(&[1, 2], (&key, &quota), &mut admitted);
+        }
+        let held = mesh.held(&[1, 2], &key, &quota);
+        assert!(held >= 999_000, "the live members hold {held} millionths");
+    }
 }
