@@ -119,6 +119,27 @@ impl Mesh {
         admitted.len() - before
     }
 
+    /// `rounds` rounds without demand.
+    fn rounds(&mut self, rounds: u64) {
+        for _ in 0..rounds {
+            self.round();
+        }
+    }
+
+    /// `rounds` rounds, each of `ids` asking as [`ask`](Self::ask) does in each.
+    fn rounds_asking(
+        &mut self,
+        rounds: u64,
+        ids: &[NodeId],
+        demand: (&Key, &Quota),
+        admitted: &mut Vec<(u64, u32)>,
+    ) {
+        for _ in 0..rounds {
+            self.round();
+            self.ask(ids, demand, admitted);
+        }
+    }
+
     /// The shares `ids` hold of `key` under `quota`, in millionths (none for a node without
     /// state for it).
     fn held(&self, ids: &[NodeId], key: &Key, quota: &Quota) -> u64 {
@@ -265,9 +286,7 @@ fn a_gateway_without_the_secret_cannot_join() {
         .unwrap();
     stranger.discover = true;
     mesh.nodes.insert(9, Node::join(9, &[1, 2], stranger));
-    for _ in 0..100 {
-        mesh.round();
-    }
+    mesh.rounds(100);
     for id in [1, 2] {
         assert_eq!(mesh.sorted_members(id), [1, 2]);
         assert!(mesh.nodes[&id].dropped().forged > 0);
@@ -276,9 +295,7 @@ fn a_gateway_without_the_secret_cannot_join() {
     let mut open = Config::new(Mode::Escrow);
     open.discover = true;
     mesh.nodes.insert(8, Node::join(8, &[1, 2], open));
-    for _ in 0..50 {
-        mesh.round();
-    }
+    mesh.rounds(50);
     assert_eq!(mesh.sorted_members(1), [1, 2]);
 }
 
@@ -287,9 +304,7 @@ fn a_gateway_of_the_other_mode_cannot_join() {
     let mut mesh = Mesh::founded(&[1, 2], Mode::Escrow);
     mesh.nodes
         .insert(7, Node::join(7, &[1], config(Mode::Eventual)));
-    for _ in 0..100 {
-        mesh.round();
-    }
+    mesh.rounds(100);
     assert_eq!(mesh.sorted_members(1), [1, 2]);
     assert!(mesh.nodes[&1].dropped().strangers > 0);
 }
@@ -303,9 +318,7 @@ fn no_more_members_than_the_bound_are_let_in() {
         mesh.nodes
             .insert(id, Node::join(id, &[1], config(Mode::Eventual)));
     }
-    for _ in 0..200 {
-        mesh.round();
-    }
+    mesh.rounds(200);
     for id in [1, 2] {
         assert_eq!(
             mesh.nodes[&id].members().len(),
@@ -329,9 +342,7 @@ fn a_gateway_cut_off_from_every_peer_rejoins_when_the_cut_heals_though_its_seed_
     mesh.cut.push(1);
     mesh.apart.push((2, 3));
     mesh.rounds_until(600, |mesh| mesh.live(2) == [2] && mesh.live(3) == [3]);
-    for _ in 0..50 {
-        mesh.round();
-    }
+    mesh.rounds(50);
     mesh.apart.clear();
     let healed = mesh.rounds_until(1_200, |mesh| {
         mesh.live(2) == [2, 3] && mesh.live(3) == [2, 3]
@@ -350,26 +361,17 @@ fn a_joiner_restarted_where_only_its_seed_hears_it_then_dead_leaves_the_mesh_wit
     mesh.nodes
         .insert(4, Node::join(4, &[1], config(Mode::Escrow)));
     let mut admitted: Vec<(u64, u32)> = Vec::new();
-    let mut ask = |mesh: &mut Mesh, ids: &[NodeId]| mesh.ask(ids, (&key, &quota), &mut admitted);
     // The joiner is given shares as it asks; then 2 asks and the joiner passes them on.
-    for r in 0..600 {
-        mesh.round();
-        ask(&mut mesh, if r < 300 { &[4] } else { &[2] });
-    }
+    mesh.rounds_asking(300, &[4], (&key, &quota), &mut admitted);
+    mesh.rounds_asking(300, &[2], (&key, &quota), &mut admitted);
     // The joiner restarts (a later run), heard by its seed only, and dies.
     let mut later = config(Mode::Escrow);
     later.incarnation = 1_000_000;
     mesh.nodes.insert(4, Node::join(4, &[1], later));
     mesh.apart.extend([(4, 2), (4, 3)]);
-    for _ in 0..100 {
-        mesh.round();
-        ask(&mut mesh, &[1, 2, 3]);
-    }
+    mesh.rounds_asking(100, &[1, 2, 3], (&key, &quota), &mut admitted);
     mesh.cut.push(4);
-    for _ in 0..3_000 {
-        mesh.round();
-        ask(&mut mesh, &[1, 2, 3]);
-    }
+    mesh.rounds_asking(3_000, &[1, 2, 3], (&key, &quota), &mut admitted);
     // The shares held, the dead joiner's among them, sum to the whole quota at most (parts
     // per million).
     let held = mesh.held(&[1, 2, 3, 4], &key, &quota);
@@ -440,11 +442,7 @@ fn a_restarted_gateway_gives_no_share_to_a_member_that_died_before() {
     let key = Key::from("k");
     let mut mesh = Mesh::founded(&[1, 2, 3], Mode::Escrow);
     let mut admitted = Vec::new();
-    let mut ask = |mesh: &mut Mesh, ids: &[NodeId]| mesh.ask(ids, (&key, &quota), &mut admitted);
-    for _ in 0..100 {
-        mesh.round();
-        ask(&mut mesh, &[1, 2, 3]);
-    }
+    mesh.rounds_asking(100, &[1, 2, 3], (&key, &quota), &mut admitted);
     let died_with = mesh.nodes[&3].share(&key, &quota).unwrap();
     mesh.cut.push(3);
     mesh.rounds_until(600, |mesh| mesh.live(1) == [1, 2] && mesh.live(2) == [1, 2]);
@@ -452,14 +450,8 @@ fn a_restarted_gateway_gives_no_share_to_a_member_that_died_before() {
     let mut later = config(Mode::Escrow);
     later.incarnation = 1_000_000;
     mesh.nodes.insert(1, Node::new(1, &[1, 2, 3], later));
-    for _ in 0..20 {
-        mesh.round();
-        ask(&mut mesh, &[2]);
-    }
-    for _ in 0..600 {
-        mesh.round();
-        ask(&mut mesh, &[1, 2]);
-    }
+    mesh.rounds_asking(20, &[2], (&key, &quota), &mut admitted);
+    mesh.rounds_asking(600, &[1, 2], (&key, &quota), &mut admitted);
     let held = mesh.held(&[1, 2], &key, &quota);
     assert!(
         held + died_with >= 999_000,
@@ -473,36 +465,27 @@ fn a_gateway_that_leaves_hands_its_shares_to_the_live_members() {
     let key = Key::from("k");
     let mut mesh = Mesh::founded(&[1, 2, 3, 4], Mode::Escrow);
     let mut admitted: Vec<(u64, u32)> = Vec::new();
-    let mut ask = |mesh: &mut Mesh, ids: &[NodeId]| mesh.ask(ids, (&key, &quota), &mut admitted);
     // 4 dies first: what it holds stays with it.
-    for _ in 0..100 {
-        mesh.round();
-        ask(&mut mesh, &[1, 2, 3, 4]);
-    }
+    mesh.rounds_asking(100, &[1, 2, 3, 4], (&key, &quota), &mut admitted);
     let died_with = mesh.nodes[&4].share(&key, &quota).unwrap();
     mesh.cut.push(4);
     // 3 leaves, and is stopped a few rounds later: it admits nothing more.
-    for _ in 0..100 {
-        mesh.round();
-        ask(&mut mesh, &[1, 2, 3]);
-    }
+    mesh.rounds_asking(100, &[1, 2, 3], (&key, &quota), &mut admitted);
     let now = mesh.now();
     let out = mesh.nodes.get_mut(&3).unwrap().leave(now);
     mesh.deliver(now, out.into_iter().map(|o| (3, o)).collect());
     for _ in 0..10 {
         mesh.round();
-        ask(&mut mesh, &[1, 2]);
-        assert_eq!(ask(&mut mesh, &[3]), 0, "a gateway admitted after it left");
+        mesh.ask(&[1, 2], (&key, &quota), &mut admitted);
+        let after = mesh.ask(&[3], (&key, &quota), &mut admitted);
+        assert_eq!(after, 0, "a gateway admitted after it left");
     }
     assert!(
         mesh.nodes[&3].parted(),
         "the shares it gave are not all taken"
     );
     mesh.cut.push(3);
-    for _ in 0..600 {
-        mesh.round();
-        ask(&mut mesh, &[1, 2]);
-    }
+    mesh.rounds_asking(600, &[1, 2], (&key, &quota), &mut admitted);
     let held = mesh.held(&[1, 2], &key, &quota);
     assert!(
         held + died_with >= 999_000,
@@ -520,10 +503,7 @@ fn a_gateway_made_a_founder_with_a_list_its_peers_do_not_share_holds_no_first_sh
     mesh.nodes
         .insert(4, Node::new(4, &[1, 2, 3, 4], config(Mode::Escrow)));
     let mut admitted: Vec<(u64, u32)> = Vec::new();
-    for _ in 0..600 {
-        mesh.round();
-        mesh.ask(&[1, 2, 3, 4], (&key, &quota), &mut admitted);
-    }
+    mesh.rounds_asking(600, &[1, 2, 3, 4], (&key, &quota), &mut admitted);
     let held = mesh.held(&[1, 2, 3, 4], &key, &quota);
     assert!(held <= 1_000_000, "shares sum to {held} millionths");
     // Every founder that hears the other list gives up its first shares.
@@ -600,13 +580,9 @@ fn a_restart_one_peer_hears_only_by_gossip_reaches_every_peer_by_swim() {
     mesh.nodes.insert(3, Node::new(3, &[1, 2, 3], later));
     mesh.apart.push((3, 2));
     mesh.swim_lost.push(3);
-    for _ in 0..10 {
-        mesh.round();
-    }
+    mesh.rounds(10);
     mesh.cut.push(3);
-    for _ in 0..100 {
-        mesh.round();
-    }
+    mesh.rounds(100);
     let held = mesh.held(&[1, 2, 3], &key, &quota);
     assert!(held <= 1_000_000, "shares sum to {held} millionths");
 }
@@ -635,14 +611,9 @@ fn two_groups_of_founders_bridged_by_a_joiner_give_up_their_first_shares() {
     }
     mesh.nodes
         .insert(5, Node::join(5, &[1, 3], config(Mode::Escrow)));
-    for _ in 0..100 {
-        mesh.round();
-    }
+    mesh.rounds(100);
     let mut admitted = Vec::new();
-    for _ in 0..600 {
-        mesh.round();
-        mesh.ask(&[1, 2, 3, 4], (&key, &quota), &mut admitted);
-    }
+    mesh.rounds_asking(600, &[1, 2, 3, 4], (&key, &quota), &mut admitted);
     let held = mesh.held(&[1, 2, 3, 4, 5], &key, &quota);
     assert!(held <= 1_000_000, "shares sum to {held} millionths");
     assert!((1..=4).all(|id| mesh.nodes[&id].founders_disagree()));
@@ -671,10 +642,7 @@ fn peers_that_miss_a_leave_by_swim_learn_it_from_the_gossip() {
         let parted = mesh.rounds_until(50, |mesh| mesh.nodes[&3].parted());
         assert!(parted <= 10, "parted {parted} rounds after leaving");
         mesh.cut.push(3);
-        for _ in 0..600 {
-            mesh.round();
-            mesh.ask(&[1, 2], (&key, &quota), &mut admitted);
-        }
+        mesh.rounds_asking(600, &[1, 2], (&key, &quota), &mut admitted);
         let held = mesh.held(&[1, 2], &key, &quota);
         assert!(held >= 999_000, "the live members hold {held} millionths");
     }
