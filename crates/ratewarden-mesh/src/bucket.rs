@@ -99,6 +99,11 @@ impl OwingBucket {
         }
     }
 
+    /// Whether the bucket is full at `now` (the windows count nothing), nothing held.
+    pub(crate) fn at_rest(&mut self, quota: &Quota, now: u64) -> bool {
+        self.held == 0 && self.left(quota, now) == i128::from(quota.burst()) * i128::from(MICRO)
+    }
+
     /// Takes `micros` (a charge, or what peers admitted).
     fn spend(&mut self, micros: u64) {
         match &mut self.level {
@@ -363,6 +368,17 @@ impl ShareBucket {
     /// Drops every hold (they lapsed).
     pub(crate) const fn release_all(&mut self) {
         self.held = 0;
+    }
+
+    /// Whether the bucket is full at `now` (the windows count nothing), nothing held or
+    /// owed.
+    pub(crate) fn at_rest(&mut self, quota: &Quota, now: u64) -> bool {
+        self.refill(quota, now);
+        self.held == 0
+            && match &self.fill {
+                Fill::Tokens { tokens, owed, .. } => *owed == 0 && *tokens == self.most,
+                Fill::Spent(spent) => spent.reset(quota, now).is_zero(),
+            }
     }
 
     /// Charges `units` settled: from the tokens, and what they cannot take is owed (or

@@ -190,13 +190,16 @@
 //!   time, so it never comes back with the same ones); without it a restart needs a higher
 //!   incarnation.
 //!
-//!   In eventual mode a restarted gateway's peers take its new admissions for ones they
-//!   have heard of until it has heard its old running total back (relayed or repaired) and
-//!   counts on from there: for its keys `D` grows by up to one repair cycle (slots ÷
-//!   [`Config::repair_per_round`] rounds).
+//!   In eventual mode a gateway starts a key's running total over, marked with its
+//!   clock's time, whenever it has none that still weighs (a restart, a key idle for
+//!   long), and peers take a count that starts later than the one they hold as new: a
+//!   restarted gateway whose clock is ahead of its run before is counted at once. One whose
+//!   clock is behind is taken for its run before until it has heard its old running total
+//!   back (relayed or repaired) and counts on from there: for its keys `D` grows by up to
+//!   one repair cycle (slots ÷ [`Config::repair_per_round`] rounds).
 //!
 //!   A gateway that hears of a peer's running total for the first time (it is new to the
-//!   key, or restarted) charges at most the burst and a period's count of it, and nothing
+//!   key, restarted, or the count started over) charges at most the burst and a period's count of it, and nothing
 //!   once the peer's last admission weighs no more: each entry tells how long ago its origin
 //!   last admitted (a duration, so clocks need not agree), and for the windows that is once
 //!   its window no longer counts (the sliding counter's window before still does), for GCRA
@@ -222,9 +225,17 @@
 //! - **Members are kept for good.** A member that left or died stays listed (a few words a
 //!   slot), and counts against [`Config::max_members`]: a mesh that has seen that many
 //!   gateways lets no more join (they are dropped as [`Dropped::strangers`]).
-//! - **Slots are not evicted.** Each gateway holds every key the fleet has seen, up to
-//!   [`Config::max_slots`]; past it a new key is refused with [`Full`] (the store answers
-//!   `OutOfMemory`, handled by the layer's failure mode).
+//! - **Keys at rest are forgotten; a key whose shares moved is kept.** Each gateway holds
+//!   the keys the fleet uses, up to [`Config::max_slots`]; past it a new key is refused
+//!   with [`Full`] (the store answers `OutOfMemory`, handled by the layer's failure mode).
+//!   Each round visits 256 slots and forgets those whose state is a fresh one's, nothing
+//!   held: in eventual mode a full bucket (windows counting nothing) and no count, any
+//!   origin's, that may still weigh; in escrow mode this gateway's first share in a full
+//!   bucket, no share ever given or taken for the key, nothing owed, nothing refused of
+//!   late, and demand down to a thousandth of the rate. So forgetting admits nothing more
+//!   and a key used again starts as it would have gone on. A key whose escrow shares moved
+//!   (one that some gateway refused: a client over its share, every key a joiner serves)
+//!   is kept for the gateway's run: its running totals with peers cannot start over alone.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod bucket;

@@ -47,7 +47,8 @@ pub struct Config {
     /// The largest datagram sent, in bytes.
     pub max_datagram: usize,
     /// Slots (key and quota) kept at most; a check of a new key beyond is refused with
-    /// [`Full`], an entry about one is dropped and counted.
+    /// [`Full`], an entry about one is dropped and counted. Slots at rest are forgotten
+    /// (see the crate docs).
     pub max_slots: usize,
     /// Entries no longer relayed (any origin's), resent each round (round robin over the
     /// slots), so a view that missed an update or was cut off is repaired.
@@ -257,9 +258,13 @@ pub struct Node {
     config: Config,
     relay_rounds: u8,
     slots: HashMap<Slot, State, foldhash::fast::RandomState>,
-    /// Slots in the order they were made, for the repair round robin.
+    /// Slots in the order they were made (save those forgotten since), for the repair
+    /// round robin and the sweep of slots at rest.
     order: Vec<Slot>,
     repair_at: usize,
+    sweep_at: usize,
+    /// Slots made so far: each starts its rounds of holds above any before it.
+    made: u64,
     /// The peer the last round reached in turn.
     beat_at: usize,
     round: u64,
@@ -281,6 +286,8 @@ pub struct Node {
 
 #[derive(Clone, Copy, Debug, Default)]
 struct View {
+    /// Eventual: the running total `a`, counted since `b`, the count's start (µs, on its
+    /// origin's clock): a count that starts later outranks any before it.
     version: u64,
     a: u64,
     b: u64,
@@ -373,12 +380,20 @@ impl Bucket {
 impl State {
     /// Eventual: counts `units` this gateway admitted at `now`, to be gossiped: its running
     /// total, and when it last admitted (for a peer that hears of the total for the first
-    /// time).
-    fn announce(&mut self, me: usize, relay: u8, now: u64, units: u32) {
+    /// time). Once its last admission weighs no more (in a mesh of `n`), the total starts
+    /// over, from `now`: peers charge a later count as new (so a gateway that forgot the key
+    /// loses nothing, and one that kept it charges what the new count adds).
+    fn announce(&mut self, me: usize, relay: u8, now: u64, units: u32, quota: &Quota, n: usize) {
         if units == 0 {
             return;
         }
         let own = &mut self.views[me];
+        if own.version == 0 || !may_weigh(quota, own.c, now, n) {
+            *own = View {
+                b: own.b.saturating_add(1).max(now),
+                ..View::default()
+            };
+        }
         own.a += u64::from(units);
         own.version = own.a;
         own.c = own.c.max(now);
@@ -390,6 +405,39 @@ impl State {
         if self.holds.count > 0 && now >= self.holds.lapse_at {
             self.holds.end_round();
             self.bucket.release_all();
+        }
+    }
+
+    /// Whether the slot is as a fresh one would be at `now`, with nothing still to tell, so
+    /// that forgetting it loses nothing: no hold; eventual: the bucket full (windows counting
+    /// nothing) and no count, any origin's, that may still weigh, none still relayed;
+    /// escrow: this gateway's `first` share, its bucket full, and no share ever exchanged
+    /// with a peer (running totals with it would start over), nothing owed or refused
+    /// lately, and its demand down to a thousandth of the quota's rate.
+    fn at_rest(&mut self, quota: &Quota, now: u64, first: u64, n: usize) -> bool {
+        self.lapse(now);
+        if self.holds.count > 0 {
+            return false;
+        }
+        match &mut self.bucket {
+            Bucket::Owing(bucket) => {
+                bucket.at_rest(quota, now)
+                    && self
+                        .views
+                        .iter()
+                        .all(|v| v.version == 0 || (v.hot == 0 && !may_weigh(quota, v.c, now, n)))
+            }
+            Bucket::Share(bucket) => {
+                bucket.share() == first
+                    && self.debt == 0
+                    && self.pressure == 0
+                    && self.refused == 0
+                    && self.demand <= capacity(quota) / 1_000
+                    && self.given.iter().all(|g| g.share == 0 && g.tokens == 0)
+                    && self.received.iter().all(|&r| r == (0, 0))
+                    && !self.ack_due.contains(&true)
+                    && bucket.at_rest(quota, now)
+            }
         }
     }
 
@@ -513,6 +561,8 @@ impl Node {
             slots: HashMap::default(),
             order: Vec::new(),
             repair_at: 0,
+            sweep_at: 0,
+            made: 0,
             beat_at: me,
             round: 0,
             last_round: None,
@@ -620,13 +670,13 @@ impl Node {
             let info = Info::new(u64::from(quota.burst()), 0, wait, wait);
             return Ok((Decision::Denied(info), 0));
         }
-        let (me, relay) = (self.me, self.relay_rounds);
+        let (me, relay, n) = (self.me, self.relay_rounds, self.members.len());
         let state = self.state(slot, now).ok_or(Full)?;
         state.lapse(now);
         let decision = state.bucket.admit(&quota, now, cost, admit);
         match state.bucket {
             Bucket::Owing(_) if decision.is_allowed() && admit == Admit::Charge => {
-                state.announce(me, relay, now, cost);
+                state.announce(me, relay, now, cost, &quota, n);
             }
             Bucket::Owing(_) => {}
             Bucket::Share(_) => state.ask(cost, &decision),
@@ -767,7 +817,7 @@ impl Node {
     /// [`Ledger`]: ratewarden_core::algorithm::Ledger
     pub fn settle(&mut self, now: Timestamp, held: &[(Limit, u64)], actual: u32) {
         let at = now.as_micros();
-        let (me, relay) = (self.me, self.relay_rounds);
+        let (me, relay, n) = (self.me, self.relay_rounds, self.members.len());
         for (limit, round) in held {
             let slot = Slot::reserved(limit.key(), limit.quota());
             let quota = slot.quota;
@@ -794,7 +844,7 @@ impl Node {
             match &mut state.bucket {
                 Bucket::Owing(bucket) => {
                     bucket.owe(&quota, at, u64::from(actual));
-                    state.announce(me, relay, at, actual);
+                    state.announce(me, relay, at, actual, &quota, n);
                 }
                 Bucket::Share(bucket) => bucket.charge(&quota, at, actual),
             }
@@ -1260,7 +1310,8 @@ impl Node {
     }
 
     /// Units of `key` under `quota` this gateway knows were admitted across the mesh (eventual
-    /// mode; 0 in escrow mode or for a key it has no state for).
+    /// mode; 0 in escrow mode or for a key it has no state for), each gateway's since its
+    /// count last started over (see the crate docs).
     #[must_use]
     pub fn admitted_seen(&self, key: &Key, quota: &Quota) -> u64 {
         let slot = Slot::checked(key, quota);
@@ -1311,6 +1362,7 @@ impl Node {
         } else if self.config.mode == Mode::Escrow {
             self.rebalance(now);
         }
+        self.sweep(now);
         let n = self.members.len();
         let mut to: Vec<Datagram> = self
             .members
@@ -1520,12 +1572,20 @@ impl Node {
                 continue;
             };
             let view = &mut state.views[origin];
-            if e.version <= view.version {
+            // Eventual: a count that started later is newer, and all it adds is new.
+            let (newer, first) = match mode {
+                Mode::Eventual => (
+                    (e.b, e.version) > (view.b, view.version),
+                    view.version == 0 || e.b != view.b,
+                ),
+                Mode::Escrow => (e.version > view.version, view.version == 0),
+            };
+            if !newer {
                 continue;
             }
             if let Bucket::Owing(bucket) = &mut state.bucket {
                 let quota = &e.slot.quota;
-                let owed = if view.version == 0 {
+                let owed = if first {
                     // First heard of: at most what one period can have admitted, and
                     // nothing once its origin's last admission weighs no more.
                     if may_weigh(quota, now.saturating_sub(e.c), now, members) {
@@ -1646,6 +1706,27 @@ impl Node {
         }
     }
 
+    /// Forgets slots at rest ([`State::at_rest`]), visiting [`SWEPT_A_ROUND`] in turn: a
+    /// fresh one is made as it is needed again.
+    fn sweep(&mut self, now: u64) {
+        let (n, first) = (self.members.len(), self.first_share(self.me));
+        for _ in 0..SWEPT_A_ROUND.min(self.order.len()) {
+            if self.order.is_empty() {
+                break;
+            }
+            self.sweep_at = (self.sweep_at + 1) % self.order.len();
+            let slot = &self.order[self.sweep_at];
+            let rest = self
+                .slots
+                .get_mut(slot)
+                .is_none_or(|state| state.at_rest(&slot.quota, now, first, n));
+            if rest {
+                let slot = self.order.swap_remove(self.sweep_at);
+                self.slots.remove(&slot);
+            }
+        }
+    }
+
     /// The slot's state, made if new and there is room.
     fn state(&mut self, slot: Slot, now: u64) -> Option<&mut State> {
         if !self.slots.contains_key(&slot) {
@@ -1665,8 +1746,13 @@ impl Node {
                 received: vec![(0, 0); n],
                 ack_due: vec![false; n],
                 debt: 0,
-                holds: Holds::default(),
+                // A ticket of a slot forgotten since finds no hold of this one.
+                holds: Holds {
+                    round: self.made << 32,
+                    ..Holds::default()
+                },
             };
+            self.made += 1;
             self.order.push(slot.clone());
             self.slots.insert(slot.clone(), state);
         }
@@ -1703,12 +1789,7 @@ impl Node {
             let own = state.views[me];
             // The quota's rate, in micro-units a second: no one asks for more (a storm of
             // refused requests asks for the whole rate, no more).
-            let capacity = u64::try_from(
-                u128::from(slot.quota.count()) * 1_000_000_000_000
-                    / u128::from(slot.quota.period_micros()).max(1),
-            )
-            .unwrap_or(u64::MAX)
-            .max(1);
+            let capacity = capacity(&slot.quota);
             let requested = std::mem::take(&mut state.requested);
             state.demand =
                 average_rate(state.demand, requested, length, horizon(&slot.quota)).min(capacity);
@@ -1784,6 +1865,9 @@ impl Node {
     }
 }
 
+/// Slots each round visits to forget those at rest: all of 100,000 every 40 s at 100 ms.
+const SWEPT_A_ROUND: usize = 256;
+
 /// More rounds than a run lasts (13 years at 100 ms): what a run that moves above its run
 /// before adds to the incarnation it learnt, so that its entries' versions (the incarnation
 /// plus the round) outrank any that run sent.
@@ -1829,6 +1913,15 @@ fn in_units(parts: &[u128], burst: u32) -> Vec<u64> {
         .iter()
         .map(|&u| u64::try_from(u * u128::from(WHOLE) / burst).unwrap_or(WHOLE))
         .collect()
+}
+
+/// The quota's rate, in micro-units a second (at least 1).
+fn capacity(quota: &Quota) -> u64 {
+    u64::try_from(
+        u128::from(quota.count()) * 1_000_000_000_000 / u128::from(quota.period_micros()).max(1),
+    )
+    .unwrap_or(u64::MAX)
+    .max(1)
 }
 
 /// The time a gateway's demand is averaged over for `quota`, µs: the time its bucket takes

@@ -15,7 +15,7 @@ use ratewarden_core::{Algorithm, Key, KeyRepr, MAX_KEY_LEN, Quota};
 /// A gateway's id in the mesh.
 pub type NodeId = u64;
 
-const MAGIC: &[u8; 4] = b"RWM3";
+const MAGIC: &[u8; 4] = b"RWM4";
 /// A head flag: the sender runs escrow.
 const ESCROW: u8 = 1;
 /// A head flag: the sender left the mesh.
@@ -58,16 +58,18 @@ impl Slot {
 }
 
 /// What a gateway (`origin`) last said about a slot, at `version`: in eventual mode the
-/// units it has admitted in all (`a`); in escrow mode its demand (`a`, units a round in
-/// thousandths, over many rounds), its share (`b`, parts per million) and its pressure
-/// (`c`, units refused a round in thousandths, over a few rounds).
+/// units it has admitted (`a`) since its count started (`b`, µs on its clock: a count that
+/// starts later is a new one) and how long ago it last admitted (`c`, µs); in escrow mode
+/// its demand (`a`, units a round in thousandths, over many rounds), its share (`b`, parts
+/// per million) and its pressure (`c`, units refused a round in thousandths, over a few
+/// rounds).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// The slot.
     pub slot: Slot,
     /// The gateway the figures are about.
     pub origin: NodeId,
-    /// Larger is newer.
+    /// Larger is newer (in eventual mode, within a count).
     pub version: u64,
     /// The first figure.
     pub a: u64,
