@@ -19,9 +19,10 @@
 //!   `N × B` is below it, a share a part short of whole units holds them, which adds less than
 //!   `N × B` millionths of a unit to the fleet's burst in all.
 //!
-//!   **Unused**: shares move only while some gateway refuses; then each gateway gives half of
-//!   what it holds above its max-min fair part of the quota's rate (at least a unit's worth) to
-//!   those below theirs. Parts are reckoned on each gateway's demand, units asked for a second
+//!   **Unused**: shares move while some gateway refuses; then each gateway gives half of
+//!   what it holds above its max-min fair part of the quota's rate (at least a unit's worth)
+//!   to those below theirs (with no one refusing, a gateway asking for nothing gives what it
+//!   holds above its first share back: see "Keys at rest are forgotten"). Parts are reckoned on each gateway's demand, units asked for a second
 //!   averaged over the time its bucket takes to fill (`B / rate`, within 1 s and 20 s) and
 //!   counted up to the quota's rate: no one is given more than it asks for while another asks
 //!   for more, what no one asks for is split evenly, and parts are whole units of the burst (a
@@ -225,17 +226,36 @@
 //! - **Members are kept for good.** A member that left or died stays listed (a few words a
 //!   slot), and counts against [`Config::max_members`]: a mesh that has seen that many
 //!   gateways lets no more join (they are dropped as [`Dropped::strangers`]).
-//! - **Keys at rest are forgotten; a key whose shares moved is kept.** Each gateway holds
-//!   the keys the fleet uses, up to [`Config::max_slots`]; past it a new key is refused
-//!   with [`Full`] (the store answers `OutOfMemory`, handled by the layer's failure mode).
-//!   Each round visits 256 slots and forgets those whose state is a fresh one's, nothing
-//!   held: in eventual mode a full bucket (windows counting nothing) and no count, any
-//!   origin's, that may still weigh; in escrow mode this gateway's first share in a full
-//!   bucket, no share ever given or taken for the key, nothing owed, nothing refused of
-//!   late, and demand down to a thousandth of the rate. So forgetting admits nothing more
-//!   and a key used again starts as it would have gone on. A key whose escrow shares moved
-//!   (one that some gateway refused: a client over its share, every key a joiner serves)
-//!   is kept for the gateway's run: its running totals with peers cannot start over alone.
+//! - **Keys at rest are forgotten.** Each gateway holds the keys the fleet uses, up to
+//!   [`Config::max_slots`]; past it a new key is refused with [`Full`] (the store answers
+//!   `OutOfMemory`, handled by the layer's failure mode). Each round visits 256 slots and
+//!   forgets those at rest, nothing held: in eventual mode a full bucket (windows counting
+//!   nothing) and no count, any origin's, that would weigh even heard 5 s later than this
+//!   gateway heard it; in escrow mode its first share in a full bucket, every share it
+//!   gave acknowledged, nothing owed, refused or asked for of late (a thousandth of the
+//!   rate counts as none), and its own entry relayed. An entry that weighs nothing (an
+//!   eventual count whose last admission no longer weighs; an escrow entry of a gateway
+//!   not refusing) makes no state where the key was forgotten, so a key at rest stays
+//!   forgotten. Eventual: a count heard more than 5 s late after its key was forgotten is
+//!   charged again as a first hearing (over-charging only; a sealed mesh drops a datagram
+//!   heard twice).
+//!
+//!   Escrow: while no gateway refuses, one that asks for nothing gives what it holds above
+//!   its first share back to those holding less than theirs, so a key at rest comes to be
+//!   held as at first and is forgotten everywhere (a member gone keeps what it holds, and
+//!   the keys whose shares it gave away are kept until it is back). Shares are exchanged
+//!   between lives of a slot: a slot made again is a new life, named in its entries,
+//!   transfers and acknowledgements. A peer that hears of a later life settles with the
+//!   one before as with a restarted member (what it gave that life beyond what it took
+//!   comes back, as share without tokens; what it took beyond what it gave, it gives up),
+//!   and a transfer between other lives is dropped (one for a life that ended is
+//!   answered, so that its sender settles). **Over the quota: never**: the gateway that
+//!   forgets held its first share in a full bucket, as it holds once made again, and what
+//!   its peers take back comes without tokens. **Unused**: a peer that had been passed
+//!   shares through the gateway that forgot gives them up and draws them back as it
+//!   refuses (a few rounds). Lives are ordered by the incarnation plus the slots made, so
+//!   incarnations must grow faster than slots are made (the time in µs does), as for
+//!   escrow's versions.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod bucket;

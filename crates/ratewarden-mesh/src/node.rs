@@ -177,8 +177,8 @@ pub struct Dropped {
 /// owes a transfer or an acknowledgement one of each per slot; every
 /// datagram of at most [`Config::max_datagram`] bytes. In bytes: a datagram's head is 51
 /// (91 sealed), a slot `25 + k` where `k` is 9 for a number key, 17 for an IP address, 33 for
-/// a digest and `2 + len` for a short string key; an entry is a slot and 40, a transfer a
-/// slot and 16, an acknowledgement a slot and 8. One key changing on every gateway of `n`
+/// a digest and `2 + len` for a short string key; an entry is a slot and 48, a transfer a
+/// slot and 32, an acknowledgement a slot and 24. One key changing on every gateway of `n`
 /// costs a gateway at most `min(fanout, n − 1) × (91 + 2n × entry) + (n − 1) × (91 +
 /// transfer + acknowledgement)` bytes a round.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -321,6 +321,10 @@ struct State {
     /// [`horizon`]; and units refused a round, in thousandths, averaged over a few rounds.
     demand: u64,
     pressure: u64,
+    /// Escrow: this slot's life here ([`Entry::life`]), and each member's as last heard:
+    /// the running totals with a member count between its life and this one.
+    life: u64,
+    lives: Vec<u64>,
     /// Escrow: running totals given to each member, and received from each.
     given: Vec<Given>,
     received: Vec<(u64, u64)>,
@@ -409,12 +413,13 @@ impl State {
     }
 
     /// Whether the slot is as a fresh one would be at `now`, with nothing still to tell, so
-    /// that forgetting it loses nothing: no hold; eventual: the bucket full (windows counting
-    /// nothing) and no count, any origin's, that may still weigh, none still relayed;
-    /// escrow: this gateway's `first` share, its bucket full, and no share ever exchanged
-    /// with a peer (running totals with it would start over), nothing owed or refused
-    /// lately, and its demand down to a thousandth of the quota's rate.
-    fn at_rest(&mut self, quota: &Quota, now: u64, first: u64, n: usize) -> bool {
+    /// that forgetting it admits nothing more: no hold; eventual: the
+    /// bucket full (windows counting nothing) and no count, any origin's, that may still
+    /// weigh, even heard [`LATE`] later, none still relayed; escrow: this gateway's `first` share, its bucket
+    /// full, every share it gave acknowledged (its peers hold it), nothing owed or refused
+    /// lately, no demand, and its own entry (its life among it) no longer relayed. Its peers settle
+    /// with the life it ends once they hear of a later one (see [`State::meet`]).
+    fn at_rest(&mut self, quota: &Quota, now: u64, me: usize, first: u64, n: usize) -> bool {
         self.lapse(now);
         if self.holds.count > 0 {
             return false;
@@ -422,23 +427,57 @@ impl State {
         match &mut self.bucket {
             Bucket::Owing(bucket) => {
                 bucket.at_rest(quota, now)
-                    && self
-                        .views
-                        .iter()
-                        .all(|v| v.version == 0 || (v.hot == 0 && !may_weigh(quota, v.c, now, n)))
+                    && self.views.iter().all(|v| {
+                        let late = v.c.saturating_add(LATE);
+                        v.version == 0 || (v.hot == 0 && !may_weigh(quota, late, now, n))
+                    })
             }
             Bucket::Share(bucket) => {
                 bucket.share() == first
                     && self.debt == 0
                     && self.pressure == 0
                     && self.refused == 0
-                    && self.demand <= capacity(quota) / 1_000
-                    && self.given.iter().all(|g| g.share == 0 && g.tokens == 0)
-                    && self.received.iter().all(|&r| r == (0, 0))
-                    && !self.ack_due.contains(&true)
+                    && self.demand == 0
+                    && self.views[me].hot == 0
+                    && self.given.iter().all(|g| g.acked >= g.share)
                     && bucket.at_rest(quota, now)
             }
         }
+    }
+
+    /// Escrow: member `from`'s slot has `life`. A later life than the one known means it
+    /// forgot the slot, holding at least its first share in a full bucket, every share it
+    /// gave acknowledged: what was exchanged with the life before is settled ([`State::settle`],
+    /// as with a restarted member), so the shares held sum to what they did (a share this
+    /// gateway sent that life and it never took comes back). Answers whether `life` is the
+    /// one now known (not an earlier one).
+    fn meet(&mut self, quota: &Quota, from: usize, life: u64, now: u64) -> bool {
+        let known = self.lives[from];
+        if life > known {
+            self.settle(quota, from, now);
+            self.lives[from] = life;
+        }
+        life >= known
+    }
+
+    /// Escrow: undoes the shares exchanged with member `from` (see [`Node::forget`]) and
+    /// starts the running totals with it over.
+    fn settle(&mut self, quota: &Quota, from: usize, now: u64) {
+        if let Bucket::Share(bucket) = &mut self.bucket {
+            let (received, given) = (self.received[from].0, self.given[from].share);
+            if received > given {
+                let short = bucket.give_up(quota, now, received - given);
+                self.debt = self.debt.saturating_add(short);
+            } else {
+                let back = given - received;
+                let repaid = self.debt.min(back);
+                self.debt -= repaid;
+                bucket.take_back(quota, now, back - repaid);
+            }
+        }
+        self.received[from] = (0, 0);
+        self.given[from] = Given::default();
+        self.ack_due[from] = false;
     }
 
     /// A copy of the bucket as it is at `now`, its holds dropped if they have lapsed.
@@ -1006,6 +1045,7 @@ impl Node {
             state.given.push(Given::default());
             state.received.push((0, 0));
             state.ack_due.push(false);
+            state.lives.push(0);
         }
         Some(i)
     }
@@ -1102,6 +1142,14 @@ impl Node {
                 continue;
             };
             let quota = &slot.quota;
+            let live: Vec<usize> = live
+                .iter()
+                .copied()
+                .filter(|&i| state.lives[i] != 0)
+                .collect();
+            if live.is_empty() {
+                continue;
+            }
             for &peer in &live {
                 let owed = state.received[peer]
                     .0
@@ -1397,7 +1445,8 @@ impl Node {
             for (origin, view) in state.views.iter_mut().enumerate() {
                 if view.hot > 0 {
                     view.hot -= 1;
-                    gossip.push(entry(slot, self.members[origin], view, age));
+                    let life = life_of(origin, self.me, state.life, &state.lives, age);
+                    gossip.push(entry(slot, self.members[origin], view, age, life));
                 }
             }
         }
@@ -1414,7 +1463,8 @@ impl Node {
             if let Some(state) = self.slots.get(slot) {
                 for (origin, view) in state.views.iter().enumerate() {
                     if view.hot == 0 && view.version > 0 {
-                        gossip.push(entry(slot, self.members[origin], view, age));
+                        let life = life_of(origin, self.me, state.life, &state.lives, age);
+                        gossip.push(entry(slot, self.members[origin], view, age, life));
                         repaired += 1;
                     }
                 }
@@ -1429,6 +1479,8 @@ impl Node {
                 if given.acked < given.share {
                     to[peer].transfers.push(Transfer {
                         slot: slot.clone(),
+                        from_life: state.life,
+                        to_life: state.lives[peer],
                         share: given.share,
                         tokens: given.tokens,
                     });
@@ -1438,6 +1490,8 @@ impl Node {
                 if std::mem::take(due) {
                     to[peer].acks.push(Ack {
                         slot: slot.clone(),
+                        from_life: state.life,
+                        to_life: state.lives[peer],
                         share: state.received[peer].0,
                     });
                 }
@@ -1528,7 +1582,8 @@ impl Node {
         self.incarnations[from] = Some(datagram.incarnation);
         // A member that left says so in every datagram (its SWIM leave may be lost); a later
         // run of it is back.
-        if datagram.left {
+        let left = datagram.left;
+        if left {
             self.down[from] = true;
         } else if later {
             self.down[from] = false;
@@ -1567,10 +1622,25 @@ impl Node {
             if mode == Mode::Escrow && origin == self.me {
                 continue; // this gateway's share is its own to say
             }
+            // What still weighs: eventual, a count whose last admission does; escrow, a
+            // gateway refusing (its peers may give it a share), or any key of one that left
+            // (it hands its shares over).
+            let weighs = match mode {
+                Mode::Eventual => may_weigh(&e.slot.quota, now.saturating_sub(e.c), now, members),
+                Mode::Escrow => e.c > 0 || left,
+            };
+            if !weighs && !self.slots.contains_key(&e.slot) {
+                // A key at rest here stays forgotten: an entry that weighs nothing (a late
+                // datagram, a peer's repair) makes no state, nor is relayed.
+                continue;
+            }
             let Some(state) = self.state(e.slot.clone(), now) else {
                 self.dropped.over_bound += 1;
                 continue;
             };
+            if mode == Mode::Escrow && e.life > 0 {
+                state.meet(&e.slot.quota, origin, e.life, now);
+            }
             let view = &mut state.views[origin];
             // Eventual: a count that started later is newer, and all it adds is new.
             let (newer, first) = match mode {
@@ -1588,7 +1658,7 @@ impl Node {
                 let owed = if first {
                     // First heard of: at most what one period can have admitted, and
                     // nothing once its origin's last admission weighs no more.
-                    if may_weigh(quota, now.saturating_sub(e.c), now, members) {
+                    if weighs {
                         e.a.min(u64::from(quota.burst()) + u64::from(quota.count()))
                     } else {
                         0
@@ -1614,7 +1684,11 @@ impl Node {
                 } else {
                     e.c
                 },
-                hot: relay,
+                hot: if weighs || mode == Mode::Escrow {
+                    relay
+                } else {
+                    0
+                },
             };
         }
         for t in transfers {
@@ -1622,6 +1696,18 @@ impl Node {
                 self.dropped.over_bound += 1;
                 continue;
             };
+            // Between the lives of the slot known on both ends, or dropped: one from a life
+            // of the sender's before is stale; one for a life of this gateway's before is
+            // answered with this life, so that the sender settles with the one before.
+            if !state.meet(&t.slot.quota, from, t.from_life, now) {
+                self.dropped.stale += 1;
+                continue;
+            }
+            if t.to_life != state.life {
+                state.ack_due[from] = true;
+                self.dropped.stale += 1;
+                continue;
+            }
             if let Bucket::Share(bucket) = &mut state.bucket {
                 let (share, tokens) = &mut state.received[from];
                 let (mut more_share, mut more_tokens) = (
@@ -1644,7 +1730,10 @@ impl Node {
             }
         }
         for a in acks {
-            if let Some(state) = self.slots.get_mut(&a.slot) {
+            if let Some(state) = self.slots.get_mut(&a.slot)
+                && state.meet(&a.slot.quota, from, a.from_life, now)
+                && a.to_life == state.life
+            {
                 let given = &mut state.given[from];
                 given.acked = given.acked.max(a.share).min(given.share);
             }
@@ -1662,6 +1751,7 @@ impl Node {
         self.settle_with(from, now);
         for state in self.slots.values_mut() {
             state.views[from] = View::default();
+            state.lives[from] = 0;
         }
     }
 
@@ -1681,6 +1771,13 @@ impl Node {
             for peer in (0..self.members.len()).filter(|&p| p != me) {
                 self.settle_with(peer, now);
             }
+            // Its slots take lives above the run's before too (nothing is exchanged with
+            // them yet): a peer that hears a life of that run late takes it as earlier.
+            for state in self.slots.values_mut() {
+                state.life = above.saturating_add(self.made).saturating_add(1);
+                state.views[me].hot = self.relay_rounds;
+                self.made += 1;
+            }
         }
     }
 
@@ -1688,28 +1785,14 @@ impl Node {
     /// starts the running totals with it over.
     fn settle_with(&mut self, from: usize, now: u64) {
         for (slot, state) in &mut self.slots {
-            if let Bucket::Share(bucket) = &mut state.bucket {
-                let (received, given) = (state.received[from].0, state.given[from].share);
-                if received > given {
-                    let short = bucket.give_up(&slot.quota, now, received - given);
-                    state.debt = state.debt.saturating_add(short);
-                } else {
-                    let back = given - received;
-                    let repaid = state.debt.min(back);
-                    state.debt -= repaid;
-                    bucket.take_back(&slot.quota, now, back - repaid);
-                }
-            }
-            state.received[from] = (0, 0);
-            state.given[from] = Given::default();
-            state.ack_due[from] = false;
+            state.settle(&slot.quota, from, now);
         }
     }
 
     /// Forgets slots at rest ([`State::at_rest`]), visiting [`SWEPT_A_ROUND`] in turn: a
     /// fresh one is made as it is needed again.
     fn sweep(&mut self, now: u64) {
-        let (n, first) = (self.members.len(), self.first_share(self.me));
+        let (n, me, first) = (self.members.len(), self.me, self.first_share(self.me));
         for _ in 0..SWEPT_A_ROUND.min(self.order.len()) {
             if self.order.is_empty() {
                 break;
@@ -1719,7 +1802,7 @@ impl Node {
             let rest = self
                 .slots
                 .get_mut(slot)
-                .is_none_or(|state| state.at_rest(&slot.quota, now, first, n));
+                .is_none_or(|state| state.at_rest(&slot.quota, now, me, first, n));
             if rest {
                 let slot = self.order.swap_remove(self.sweep_at);
                 self.slots.remove(&slot);
@@ -1742,6 +1825,14 @@ impl Node {
                 refused: 0,
                 demand: 0,
                 pressure: 0,
+                // Later than any life before it, this run's or (incarnations growing faster
+                // than slots are made) a run's before.
+                life: self
+                    .config
+                    .incarnation
+                    .saturating_add(self.made)
+                    .saturating_add(1),
+                lives: vec![0; n],
                 given: vec![Given::default(); n],
                 received: vec![(0, 0); n],
                 ack_due: vec![false; n],
@@ -1775,6 +1866,7 @@ impl Node {
             .replace(now)
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
         let (n, founders) = (self.members.len(), self.founders);
+        let my_first = self.first_share(me);
         let gone = self.gone();
         for (slot, state) in &mut self.slots {
             // Lapsed holds pin no share.
@@ -1793,6 +1885,11 @@ impl Node {
             let requested = std::mem::take(&mut state.requested);
             state.demand =
                 average_rate(state.demand, requested, length, horizon(&slot.quota)).min(capacity);
+            // A thousandth of the rate is none: an idle key's demand settles at 0 (and is
+            // told once) rather than decaying for minutes.
+            if state.demand <= capacity / 1_000 {
+                state.demand = 0;
+            }
             state.pressure = ewma(state.pressure, std::mem::take(&mut state.refused), FAST);
             // A gateway in debt asks for the whole rate, as if it refused a unit a round,
             // until what it owes is repaid.
@@ -1821,31 +1918,43 @@ impl Node {
             // Shares move only while some gateway refuses, toward each one's max-min fair
             // part of the quota's rate (in whole units of its burst).
             let views = &state.views;
-            if (0..n).all(|i| gone[i] || views[i].c == 0) {
+            let (target, excess) = if (0..n).any(|i| !gone[i] && views[i].c > 0) {
+                let wants: Vec<u128> = (0..n)
+                    .map(|i| {
+                        let v = &views[i];
+                        if gone[i] {
+                            0
+                        } else {
+                            u128::from(v.a.min(capacity))
+                        }
+                    })
+                    .collect();
+                let parts = fair_parts(&wants, &gone, u128::from(capacity));
+                let target = in_units(&parts, slot.quota.burst());
+                // Half of what it holds above its part a round, so that shares settle rather
+                // than swing; and at least a unit's share, so that a part of whole units is
+                // reached.
+                let unit = (WHOLE / u64::from(slot.quota.burst()).max(1)).max(1);
+                let above = bucket.share().saturating_sub(target[me]);
+                if above < WHOLE / 1_000 {
+                    continue;
+                }
+                (target, (above / 2).max(above.min(unit)))
+            } else if demand == 0 && bucket.share() > my_first {
+                // No one refuses and no one asks here: what this gateway holds above its
+                // first share goes back to those holding less than theirs, so that a key at
+                // rest comes to be held as at first everywhere, and is forgotten.
+                let target = (0..n)
+                    .map(|i| if gone[i] { 0 } else { first_share(i, founders) })
+                    .collect();
+                (target, bucket.share() - my_first)
+            } else {
                 continue;
-            }
-            let wants: Vec<u128> = (0..n)
-                .map(|i| {
-                    let v = &views[i];
-                    if gone[i] {
-                        0
-                    } else {
-                        u128::from(v.a.min(capacity))
-                    }
-                })
-                .collect();
-            let parts = fair_parts(&wants, &gone, u128::from(capacity));
-            let target = in_units(&parts, slot.quota.burst());
-            // Half of what it holds above its part a round, so that shares settle rather than
-            // swing; and at least a unit's share, so that a part of whole units is reached.
-            let unit = (WHOLE / u64::from(slot.quota.burst()).max(1)).max(1);
-            let above = bucket.share().saturating_sub(target[me]);
-            if above < WHOLE / 1_000 {
-                continue;
-            }
-            let excess = (above / 2).max(above.min(unit));
+            };
+            // Only to members whose life of the slot is known (heard in their entries).
+            let lives = &state.lives;
             let needs: Vec<(usize, u64)> = (0..n)
-                .filter(|&i| i != me)
+                .filter(|&i| i != me && lives[i] != 0)
                 .map(|i| (i, target[i].saturating_sub(share_of(i, &views[i]))))
                 .filter(|&(_, need)| need > 0)
                 .collect();
@@ -1864,6 +1973,12 @@ impl Node {
         }
     }
 }
+
+/// Eventual: how much later than this gateway an entry may place a count's last admission
+/// (its time in flight, relays' and repairs' among it) and still find the slot it counts
+/// in: a slot is forgotten only once no count would weigh even this much later, so an
+/// entry that comes after finds it weighing nothing and makes no state (µs).
+const LATE: u64 = 5 * MICRO;
 
 /// Slots each round visits to forget those at rest: all of 100,000 every 40 s at 100 ms.
 const SWEPT_A_ROUND: usize = 256;
@@ -1966,7 +2081,7 @@ fn first_share(i: usize, founders: usize) -> u64 {
 
 /// A view as an entry; in eventual mode (`age`: the time now) its `c`, when its origin last
 /// admitted, as the time since.
-fn entry(slot: &Slot, origin: NodeId, view: &View, age: Option<u64>) -> Entry {
+fn entry(slot: &Slot, origin: NodeId, view: &View, age: Option<u64>, life: u64) -> Entry {
     Entry {
         slot: slot.clone(),
         origin,
@@ -1974,6 +2089,17 @@ fn entry(slot: &Slot, origin: NodeId, view: &View, age: Option<u64>) -> Entry {
         a: view.a,
         b: view.b,
         c: age.map_or(view.c, |now| now.saturating_sub(view.c)),
+        life,
+    }
+}
+
+/// Escrow (`age` is `None`): member `origin`'s life of a slot whose life here is `life`
+/// and whose members' are `lives`, to tell with its entry; eventual: 0.
+fn life_of(origin: usize, me: usize, life: u64, lives: &[u64], age: Option<u64>) -> u64 {
+    match age {
+        Some(_) => 0,
+        None if origin == me => life,
+        None => lives[origin],
     }
 }
 

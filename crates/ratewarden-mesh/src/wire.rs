@@ -77,14 +77,22 @@ pub struct Entry {
     pub b: u64,
     /// The third figure.
     pub c: u64,
+    /// Escrow: the slot's life on its origin (made anew after the origin forgot it: larger
+    /// is later), which the shares it exchanges are counted in; 0 in eventual mode.
+    pub life: u64,
 }
 
 /// The running totals of share (parts per million) and tokens (micro-units) the sender has
-/// given the receiver for a slot.
+/// given the receiver for a slot, from the sender's life of the slot to the receiver's
+/// ([`Entry::life`]): a receiver whose slot has another life drops it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transfer {
     /// The slot.
     pub slot: Slot,
+    /// The slot's life on the sender.
+    pub from_life: u64,
+    /// The slot's life on the receiver, as the sender knows it.
+    pub to_life: u64,
     /// Share given in all.
     pub share: u64,
     /// Tokens given in all.
@@ -92,11 +100,15 @@ pub struct Transfer {
 }
 
 /// The running total of share the sender has received from the receiver for a slot (so the
-/// receiver stops sending it).
+/// receiver stops sending it), between the lives of the slot named.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ack {
     /// The slot.
     pub slot: Slot,
+    /// The slot's life on the sender.
+    pub from_life: u64,
+    /// The slot's life on the receiver, as the sender knows it.
+    pub to_life: u64,
     /// Share received in all.
     pub share: u64,
 }
@@ -220,14 +232,19 @@ impl Datagram {
                         a: r.u64()?,
                         b: r.u64()?,
                         c: r.u64()?,
+                        life: r.u64()?,
                     }),
                     1 => datagram.transfers.push(Transfer {
                         slot,
+                        from_life: r.u64()?,
+                        to_life: r.u64()?,
                         share: r.u64()?,
                         tokens: r.u64()?,
                     }),
                     _ => datagram.acks.push(Ack {
                         slot,
+                        from_life: r.u64()?,
+                        to_life: r.u64()?,
                         share: r.u64()?,
                     }),
                 }
@@ -260,18 +277,21 @@ impl Record<'_> {
         match self {
             Self::Entry(e) => {
                 write_slot(out, &e.slot);
-                for n in [e.origin, e.version, e.a, e.b, e.c] {
+                for n in [e.origin, e.version, e.a, e.b, e.c, e.life] {
                     out.extend_from_slice(&n.to_le_bytes());
                 }
             }
             Self::Transfer(t) => {
                 write_slot(out, &t.slot);
-                out.extend_from_slice(&t.share.to_le_bytes());
-                out.extend_from_slice(&t.tokens.to_le_bytes());
+                for n in [t.from_life, t.to_life, t.share, t.tokens] {
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
             }
             Self::Ack(a) => {
                 write_slot(out, &a.slot);
-                out.extend_from_slice(&a.share.to_le_bytes());
+                for n in [a.from_life, a.to_life, a.share] {
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
             }
         }
     }
@@ -483,15 +503,20 @@ mod tests {
                     a: 4,
                     b: 5,
                     c: 6,
+                    life: 7,
                 })
                 .collect(),
             transfers: vec![Transfer {
                 slot: slot(keys[1].clone()),
+                from_life: 11,
+                to_life: 12,
                 share: 10,
                 tokens: 20,
             }],
             acks: vec![Ack {
                 slot: slot(keys[2].clone()),
+                from_life: 31,
+                to_life: 32,
                 share: 30,
             }],
         };
@@ -530,6 +555,7 @@ mod tests {
                 a: 1,
                 b: 1,
                 c: 1,
+                life: 1,
             }],
             ..Datagram::default()
         }

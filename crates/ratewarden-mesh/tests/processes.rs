@@ -132,7 +132,7 @@ fn reports(children: &mut Children) -> Vec<Report> {
 fn bytes_bound(key: &str) -> u64 {
     let n = GATEWAYS as u64;
     let slot = 25 + 2 + key.len() as u64;
-    let (entry, transfer, ack) = (slot + 40, slot + 16, slot + 8);
+    let (entry, transfer, ack) = (slot + 48, slot + 32, slot + 24);
     3.min(n - 1) * (91 + 2 * n * entry) + (n - 1) * (91 + transfer + ack)
 }
 
