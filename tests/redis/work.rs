@@ -24,7 +24,9 @@ const SCRIPT_BOUND_US: u64 = 2_000;
 const CALLS_PER_OUTLIER: u64 = 20;
 /// A run during which the host paused this test's threads for longer says nothing of the
 /// store (every check in flight then missed its deadline): it is run again, at most
-/// `ATTEMPTS` times in all.
+/// `ATTEMPTS` times in all. So is a run that missed its bounds while the server lagged (the
+/// breaker opened): beside a full test suite the host pauses `redis-server` now and then,
+/// for hundreds of ms, and a store that is slow fails every attempt.
 const HOST_STALL: Duration = Duration::from_millis(50);
 const ATTEMPTS: usize = 3;
 const LOG_LIMIT: u32 = 4_096;
@@ -221,7 +223,8 @@ async fn checks_of_large_sliding_logs_hold_redis_under_2_ms_a_call_and_gcra_keep
             run.breaker,
             run.host_stall,
         );
-        if run.host_stall > HOST_STALL && attempt < ATTEMPTS {
+        let server_lagged = run.breaker != BreakerState::Closed || run.errors > 0;
+        if (run.host_stall > HOST_STALL || server_lagged) && attempt < ATTEMPTS {
             continue;
         }
         assert!(
