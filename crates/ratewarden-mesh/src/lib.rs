@@ -219,9 +219,9 @@
 //!   admits only what is given it; until it hears one (a probe, about a second), it may
 //!   admit up to its first share over the quota. Without discovery nothing checks the
 //!   lists.
-//! - **A founder that leaves for good hands over the keys it saw.** Its first share of a
-//!   key it never saw is nowhere to hand over, and stays unused: the founders left hold
-//!   `(N − 1) / N` of such keys. Found a mesh with gateways that stay, and let those
+//! - **A founder that leaves for good hands over the keys it holds.** Its first share of a
+//!   key it never saw, or forgot at rest, is nowhere to hand over, and stays unused: the
+//!   founders left hold `(N − 1) / N` of such keys. Found a mesh with gateways that stay, and let those
 //!   that come and go join (a joiner holds no first share).
 //! - **Members are kept for good.** A member that left or died stays listed (a few words a
 //!   slot), and counts against [`Config::max_members`]: a mesh that has seen that many
@@ -231,8 +231,9 @@
 //!   `OutOfMemory`, handled by the layer's failure mode). Each round visits 256 slots and
 //!   forgets those at rest, nothing held: in eventual mode a full bucket (windows counting
 //!   nothing) and no count, any origin's, that would weigh even heard 5 s later than this
-//!   gateway heard it; in escrow mode its first share in a full bucket, every share it
-//!   gave acknowledged, nothing owed, refused or asked for of late (a thousandth of the
+//!   gateway heard it; in escrow mode its first share in a full bucket, as much given each
+//!   peer as taken from it, every share it gave acknowledged, nothing owed, refused or
+//!   asked for of late (a thousandth of the
 //!   rate counts as none), and its own entry relayed. An entry that weighs nothing (an
 //!   eventual count whose last admission no longer weighs; an escrow entry of a gateway
 //!   not refusing) makes no state where the key was forgotten, so a key at rest stays
@@ -240,20 +241,22 @@
 //!   charged again as a first hearing (over-charging only; a sealed mesh drops a datagram
 //!   heard twice).
 //!
-//!   Escrow: while no gateway refuses, one that asks for nothing gives what it holds above
-//!   its first share back to those holding less than theirs, so a key at rest comes to be
-//!   held as at first and is forgotten everywhere (a member gone keeps what it holds, and
-//!   the keys whose shares it gave away are kept until it is back). Shares are exchanged
+//!   Escrow: while no gateway refuses, one that asks for nothing gives each live peer back
+//!   what it took from it beyond what it gave it, so the books between gateways balance, a
+//!   key at rest comes to be held as at first everywhere, and is forgotten (a key whose
+//!   shares a gone member exchanged is kept until it is back). Shares are exchanged
 //!   between lives of a slot: a slot made again is a new life, named in its entries,
 //!   transfers and acknowledgements. A peer that hears of a later life settles with the
 //!   one before as with a restarted member (what it gave that life beyond what it took
 //!   comes back, as share without tokens; what it took beyond what it gave, it gives up),
 //!   and a transfer between other lives is dropped (one for a life that ended is
 //!   answered, so that its sender settles). **Over the quota: never**: the gateway that
-//!   forgets held its first share in a full bucket, as it holds once made again, and what
-//!   its peers take back comes without tokens. **Unused**: a peer that had been passed
-//!   shares through the gateway that forgot gives them up and draws them back as it
-//!   refuses (a few rounds). Lives are ordered by the incarnation plus the slots made, so
+//!   forgets held its first share in a full bucket, as it holds once made again, and had
+//!   given each peer what it took from it, so a peer's settling moves nothing but its own
+//!   gifts that life never took (back to it, without tokens), in whatever order peers hear
+//!   of the new life. **Unused**: nothing beyond those gifts' tokens; but a founder that
+//!   leaves for good hands over only the keys it holds: its first share of a key it forgot
+//!   stays unused, as for a key it never saw (below). Lives are ordered by the incarnation plus the slots made, so
 //!   incarnations must grow faster than slots are made (the time in µs does), as for
 //!   escrow's versions.
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -413,12 +413,13 @@ impl State {
     }
 
     /// Whether the slot is as a fresh one would be at `now`, with nothing still to tell, so
-    /// that forgetting it admits nothing more: no hold; eventual: the
-    /// bucket full (windows counting nothing) and no count, any origin's, that may still
-    /// weigh, even heard [`LATE`] later, none still relayed; escrow: this gateway's `first` share, its bucket
-    /// full, every share it gave acknowledged (its peers hold it), nothing owed or refused
-    /// lately, no demand, and its own entry (its life among it) no longer relayed. Its peers settle
-    /// with the life it ends once they hear of a later one (see [`State::meet`]).
+    /// that forgetting it admits nothing more: no hold; eventual: the bucket full (windows
+    /// counting nothing) and no count, any origin's, that may still weigh, even heard
+    /// [`LATE`] later, none still relayed; escrow: this gateway's `first` share, as much
+    /// given each peer as taken from it, its bucket full, every share it gave acknowledged
+    /// (its peers hold it), nothing owed or refused lately, no demand, and its own entry
+    /// (its life among it) no longer relayed. Its peers settle with the life it ends once
+    /// they hear of a later one (see [`State::meet`]).
     fn at_rest(&mut self, quota: &Quota, now: u64, me: usize, first: u64, n: usize) -> bool {
         self.lapse(now);
         if self.holds.count > 0 {
@@ -439,7 +440,14 @@ impl State {
                     && self.refused == 0
                     && self.demand == 0
                     && self.views[me].hot == 0
-                    && self.given.iter().all(|g| g.acked >= g.share)
+                    // Every gift acknowledged, and as much given each peer as taken from it,
+                    // so that each peer's settling with this life moves nothing but its own
+                    // gifts this life never took.
+                    && self
+                        .given
+                        .iter()
+                        .zip(&self.received)
+                        .all(|(g, r)| g.acked >= g.share && g.share == r.0)
                     && bucket.at_rest(quota, now)
             }
         }
@@ -1866,7 +1874,6 @@ impl Node {
             .replace(now)
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
         let (n, founders) = (self.members.len(), self.founders);
-        let my_first = self.first_share(me);
         let gone = self.gone();
         for (slot, state) in &mut self.slots {
             // Lapsed holds pin no share.
@@ -1940,14 +1947,21 @@ impl Node {
                     continue;
                 }
                 (target, (above / 2).max(above.min(unit)))
-            } else if demand == 0 && bucket.share() > my_first {
-                // No one refuses and no one asks here: what this gateway holds above its
-                // first share goes back to those holding less than theirs, so that a key at
-                // rest comes to be held as at first everywhere, and is forgotten.
-                let target = (0..n)
-                    .map(|i| if gone[i] { 0 } else { first_share(i, founders) })
-                    .collect();
-                (target, bucket.share() - my_first)
+            } else if demand == 0 {
+                // No one refuses and no one asks here: this gateway gives each live peer back
+                // what it took from it beyond what it gave it, so that the books balance and
+                // a key at rest comes to be held as at first everywhere, and is forgotten.
+                for peer in (0..n).filter(|&i| i != me && !gone[i] && state.lives[i] != 0) {
+                    let owed = state.received[peer]
+                        .0
+                        .saturating_sub(state.given[peer].share);
+                    if owed > 0 {
+                        let (part, tokens) = bucket.take(&slot.quota, now, owed);
+                        state.given[peer].share += part;
+                        state.given[peer].tokens += tokens;
+                    }
+                }
+                continue;
             } else {
                 continue;
             };
