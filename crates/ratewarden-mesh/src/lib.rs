@@ -243,8 +243,10 @@
 //!
 //!   Escrow: while no gateway refuses, one that asks for nothing gives each live peer back
 //!   what it took from it beyond what it gave it, so the books between gateways balance, a
-//!   key at rest comes to be held as at first everywhere, and is forgotten (a key whose
-//!   shares a gone member exchanged is kept until it is back). Shares are exchanged
+//!   key at rest comes to be held as at first everywhere, and is forgotten. A key whose
+//!   shares a member that left or died exchanged is kept until it is back (for good, for
+//!   a member that left: its survivors hold what it handed over, above their first
+//!   shares), so a mesh that scales down keeps the keys its leavers held. Shares are exchanged
 //!   between lives of a slot: a slot made again is a new life, named in its entries,
 //!   transfers and acknowledgements. A peer that hears of a later life settles with the
 //!   one before as with a restarted member (what it gave that life beyond what it took
