@@ -13,34 +13,44 @@ fn at(now: u64) -> Timestamp {
     Timestamp::from_micros(now)
 }
 
-/// Rounds of `nodes` from `from` (µs) until `until`, every datagram delivered; answers the
-/// time.
+/// Rounds of `nodes` from `from` (µs) until `until`, every datagram delivered at once;
+/// answers the time.
 fn rounds(nodes: &mut [Node], from: u64, until: u64) -> u64 {
-    lossy_rounds(nodes, from, until, 0, &mut 0)
+    Net::default().rounds(nodes, from, until)
 }
 
-/// Rounds that lose `percent` of datagrams, drawn from `seed`.
-fn lossy_rounds(nodes: &mut [Node], from: u64, until: u64, percent: u64, seed: &mut u64) -> u64 {
-    let mut now = from;
-    while now < until {
-        now += INTERVAL;
-        let mut out = Vec::new();
-        for node in nodes.iter_mut() {
-            out.extend(node.tick(at(now)));
-        }
-        for o in out {
-            *seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            if (*seed >> 33) % 100 < percent {
-                continue;
-            }
+/// How datagrams go: `loss` percent lost (drawn from `seed`), the rest `flight` µs late.
+#[derive(Default)]
+struct Net {
+    loss: u64,
+    flight: u64,
+    seed: u64,
+}
+
+impl Net {
+    fn rounds(&mut self, nodes: &mut [Node], from: u64, until: u64) -> u64 {
+        let mut now = from;
+        while now < until {
+            now += INTERVAL;
+            let mut out = Vec::new();
             for node in nodes.iter_mut() {
-                node.receive(at(now), &o.bytes).unwrap();
+                out.extend(node.tick(at(now)));
+            }
+            for o in out {
+                self.seed = self
+                    .seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                if (self.seed >> 33) % 100 < self.loss {
+                    continue;
+                }
+                for node in nodes.iter_mut() {
+                    node.receive(at(now + self.flight), &o.bytes).unwrap();
+                }
             }
         }
+        now
     }
-    now
 }
 
 /// The shares of `key` the three founders hold, a forgotten one as its first.
@@ -157,7 +167,11 @@ fn founders(max_slots: usize) -> Vec<Node> {
 /// forget them in between; once at rest the shares held sum to the whole quota again.
 #[test]
 fn forgotten_keys_never_admit_above_the_quota() {
-    let mut seed = 7;
+    let mut lossy = Net {
+        loss: 5,
+        seed: 7,
+        ..Net::default()
+    };
     for quota in QUOTAS {
         let quota: Quota = quota.parse().unwrap();
         let mut nodes = founders(4);
@@ -172,19 +186,19 @@ fn forgotten_keys_never_admit_above_the_quota() {
                     let asked = if i == heavy { 6 } else { 1 };
                     total += admitted(node, now, &key, &quota, asked);
                 }
-                now = lossy_rounds(&mut nodes, now, now + INTERVAL, 5, &mut seed);
+                now = lossy.rounds(&mut nodes, now, now + INTERVAL);
                 let held = held(&nodes, &key, &quota);
                 assert!(held <= 1_000_000, "{quota}: turn {turn} holds {held}");
             }
             // In one second the quota admits its burst and a second's refill at most.
             assert!(total <= 20, "{quota}: turn {turn} admitted {total}");
-            now = lossy_rounds(&mut nodes, now, now + 30_000_000, 5, &mut seed);
+            now = lossy.rounds(&mut nodes, now, now + 30_000_000);
             // Used again, the key's shares sum to the whole quota (a gateway that forgot it
             // holding more than its first share left the rest to its peers).
             for node in &mut nodes {
                 admitted(node, now, &key, &quota, 1);
             }
-            now = lossy_rounds(&mut nodes, now, now + 2_000_000, 5, &mut seed);
+            now = lossy.rounds(&mut nodes, now, now + 2_000_000);
             let held = held(&nodes, &key, &quota);
             assert!(
                 (999_000..=1_000_000).contains(&held),
@@ -225,24 +239,6 @@ fn keys_whose_shares_moved_are_forgotten_once_at_rest() {
     }
 }
 
-/// Rounds of `nodes` whose datagrams take `flight` µs to arrive.
-fn rounds_in_flight(nodes: &mut [Node], from: u64, until: u64, flight: u64) -> u64 {
-    let mut now = from;
-    while now < until {
-        now += INTERVAL;
-        let mut out = Vec::new();
-        for node in nodes.iter_mut() {
-            out.extend(node.tick(at(now)));
-        }
-        for o in out {
-            for node in nodes.iter_mut() {
-                node.receive(at(now + flight), &o.bytes).unwrap();
-            }
-        }
-    }
-    now
-}
-
 fn eventual(ids: &[u64], max_slots: usize) -> Vec<Node> {
     let mut config = Config::new(Mode::Eventual);
     config.max_slots = max_slots;
@@ -258,7 +254,11 @@ fn a_gateway_is_not_charged_again_its_own_forgotten_units() {
     let (quota, key): (Quota, _) = ("10/s".parse().unwrap(), Key::from("k"));
     let mut nodes = eventual(&[1, 2], 100);
     assert_eq!(admitted(&mut nodes[0], 99_500, &key, &quota, 10), 10);
-    let now = rounds_in_flight(&mut nodes, 0, 15_000_000, 1_000);
+    let mut late = Net {
+        flight: 1_000,
+        ..Net::default()
+    };
+    let now = late.rounds(&mut nodes, 0, 15_000_000);
     assert_eq!(admitted(&mut nodes[0], now + 1_001, &key, &quota, 10), 10);
 }
 
@@ -304,7 +304,11 @@ fn keys_used_once_are_forgotten_by_every_gateway_for_good() {
     for k in 0..4_u64 {
         assert_eq!(admitted(&mut nodes[0], 99_500, &Key::from(k), &quota, 1), 1);
     }
-    let now = rounds_in_flight(&mut nodes, 0, 120_000_000, 1_000);
+    let mut late = Net {
+        flight: 1_000,
+        ..Net::default()
+    };
+    let now = late.rounds(&mut nodes, 0, 120_000_000);
     for node in &mut nodes {
         assert_eq!(admitted(node, now + 2_000, &Key::from("new"), &quota, 1), 1);
     }
