@@ -454,11 +454,11 @@ impl State {
     }
 
     /// Escrow: member `from`'s slot has `life`. A later life than the one known means it
-    /// forgot the slot, holding at least its first share in a full bucket, every share it
-    /// gave acknowledged: what was exchanged with the life before is settled ([`State::settle`],
-    /// as with a restarted member), so the shares held sum to what they did (a share this
-    /// gateway sent that life and it never took comes back). Answers whether `life` is the
-    /// one now known (not an earlier one).
+    /// forgot the slot at rest ([`State::at_rest`]: its first share, as much given each peer
+    /// as taken from it, every gift acknowledged): what was exchanged with the life before
+    /// is settled ([`State::settle`], as with a restarted member), which moves nothing but
+    /// a share this gateway sent that life and it never took (it comes back). Answers
+    /// whether `life` is the one now known (not an earlier one).
     fn meet(&mut self, quota: &Quota, from: usize, life: u64, now: u64) -> bool {
         let known = self.lives[from];
         if life > known {
