@@ -219,9 +219,10 @@
 //!   admits only what is given it; until it hears one (a probe, about a second), it may
 //!   admit up to its first share over the quota. Without discovery nothing checks the
 //!   lists.
-//! - **A founder that leaves for good hands over the keys it holds.** Its first share of a
-//!   key it never saw, or forgot at rest, is nowhere to hand over, and stays unused: the
-//!   founders left hold `(N − 1) / N` of such keys. Found a mesh with gateways that stay, and let those
+//! - **A founder that leaves for good hands over the keys it holds, until they rest.** Its
+//!   first share of a key it never saw, or forgot at rest, is nowhere to hand over, and
+//!   what it handed over is given up with a key that comes to rest (see "Keys at rest are
+//!   forgotten"): the founders left hold `(N − 1) / N` of such keys. Found a mesh with gateways that stay, and let those
 //!   that come and go join (a joiner holds no first share).
 //! - **Members are kept for good.** A member that left or died stays listed (a few words a
 //!   slot), and counts against [`Config::max_members`]: a mesh that has seen that many
@@ -232,7 +233,7 @@
 //!   forgets those at rest, nothing held: in eventual mode a full bucket (windows counting
 //!   nothing) and no count, any origin's, that would weigh even heard 5 s later than this
 //!   gateway heard it; in escrow mode its first share in a full bucket, as much given each
-//!   peer as taken from it, every share it gave acknowledged, nothing owed, refused or
+//!   peer as taken from it (no more, to a member that left or died), every share it gave acknowledged, nothing owed, refused or
 //!   asked for of late (a thousandth of the
 //!   rate counts as none), and its own entry relayed. An entry that weighs nothing (an
 //!   eventual count whose last admission no longer weighs; an escrow entry of a gateway
@@ -243,10 +244,13 @@
 //!
 //!   Escrow: while no gateway refuses, one that asks for nothing gives each live peer back
 //!   what it took from it beyond what it gave it, so the books between gateways balance, a
-//!   key at rest comes to be held as at first everywhere, and is forgotten. A key whose
-//!   shares a member that left or died exchanged is kept until it is back (for good, for
-//!   a member that left: its survivors hold what it handed over, above their first
-//!   shares), so a mesh that scales down keeps the keys its leavers held. Shares are exchanged
+//!   key at rest comes to be held as at first everywhere, and is forgotten. From a member
+//!   that left or died, a gateway may have taken more than it gave (a leaver hands its
+//!   shares over): that is given up with the key, which is made again at the first share,
+//!   so after a founder leaves for good the founders left hold `(N − 1) / N` of each key
+//!   that came to rest, as of keys it never saw (should it come back, it takes back what it
+//!   gave as it hears of the key's new life). A key on which a gone member took more from
+//!   a gateway than it gave is kept by that gateway until the member is back. Shares are exchanged
 //!   between lives of a slot: a slot made again is a new life, named in its entries,
 //!   transfers and acknowledgements. A peer that hears of a later life settles with the
 //!   one before as with a restarted member (what it gave that life beyond what it took

@@ -415,12 +415,14 @@ impl State {
     /// Whether the slot is as a fresh one would be at `now`, with nothing still to tell, so
     /// that forgetting it admits nothing more: no hold; eventual: the bucket full (windows
     /// counting nothing) and no count, any origin's, that may still weigh, even heard
-    /// [`LATE`] later, none still relayed; escrow: this gateway's `first` share, as much
-    /// given each peer as taken from it, its bucket full, every share it gave acknowledged
+    /// [`LATE`] later, none still relayed; escrow: at least this gateway's `first` share, as
+    /// much given each peer as taken from it (or less, to a member `down`: what it handed
+    /// over is given up, as the slot is made again at the first share), its bucket full, every share it gave acknowledged
     /// (its peers hold it), nothing owed or refused lately, no demand, and its own entry
     /// (its life among it) no longer relayed. Its peers settle with the life it ends once
     /// they hear of a later one (see [`State::meet`]).
-    fn at_rest(&mut self, quota: &Quota, now: u64, me: usize, first: u64, n: usize) -> bool {
+    fn at_rest(&mut self, quota: &Quota, now: u64, me: usize, first: u64, down: &[bool]) -> bool {
+        let n = down.len();
         self.lapse(now);
         if self.holds.count > 0 {
             return false;
@@ -434,7 +436,7 @@ impl State {
                     })
             }
             Bucket::Share(bucket) => {
-                bucket.share() == first
+                bucket.share() >= first
                     && self.debt == 0
                     && self.pressure == 0
                     && self.refused == 0
@@ -442,12 +444,17 @@ impl State {
                     && self.views[me].hot == 0
                     // Every gift acknowledged, and as much given each peer as taken from it,
                     // so that each peer's settling with this life moves nothing but its own
-                    // gifts this life never took.
+                    // gifts this life never took; from a member that left or died, more
+                    // taken is given up with the slot (it is back to first shares), and
+                    // settled should it come back.
                     && self
                         .given
                         .iter()
                         .zip(&self.received)
-                        .all(|(g, r)| g.acked >= g.share && g.share == r.0)
+                        .zip(down)
+                        .all(|((g, r), &down)| {
+                            g.acked >= g.share && (g.share == r.0 || (down && g.share < r.0))
+                        })
                     && bucket.at_rest(quota, now)
             }
         }
@@ -1800,7 +1807,7 @@ impl Node {
     /// Forgets slots at rest ([`State::at_rest`]), visiting [`SWEPT_A_ROUND`] in turn: a
     /// fresh one is made as it is needed again.
     fn sweep(&mut self, now: u64) {
-        let (n, me, first) = (self.members.len(), self.me, self.first_share(self.me));
+        let (me, first) = (self.me, self.first_share(self.me));
         for _ in 0..SWEPT_A_ROUND.min(self.order.len()) {
             if self.order.is_empty() {
                 break;
@@ -1810,7 +1817,7 @@ impl Node {
             let rest = self
                 .slots
                 .get_mut(slot)
-                .is_none_or(|state| state.at_rest(&slot.quota, now, me, first, n));
+                .is_none_or(|state| state.at_rest(&slot.quota, now, me, first, &self.down));
             if rest {
                 let slot = self.order.swap_remove(self.sweep_at);
                 self.slots.remove(&slot);

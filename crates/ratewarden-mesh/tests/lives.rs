@@ -115,3 +115,46 @@ fn a_life_settled_by_one_peer_while_another_is_cut_off_never_lifts_the_quota() {
     assert!(held <= 1_000_000, "shares sum to {held}");
     assert!(total <= 210, "admitted {total} in 20 s");
 }
+
+/// A founder uses eight keys, leaves and hands its shares to the two left, and stops: once
+/// the keys are at rest the two forget them (what it handed over is given up with them), so
+/// a mesh that scales down still takes new keys, and never holds more than the quota.
+#[test]
+fn keys_a_departed_founder_handed_over_are_forgotten_at_rest() {
+    let q: Quota = "10/s".parse().unwrap();
+    let mut config = Config::new(Mode::Escrow);
+    config.max_slots = 8;
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|id| Node::new(id, &[1, 2, 3], config.clone()))
+        .collect();
+    let mut now = 0;
+    for k in 0..8_u64 {
+        assert_eq!(ask(&mut nodes[2], now, &Key::from(k), &q, 1), 1);
+    }
+    now += I;
+    round(&mut nodes, now, &[]);
+    for o in nodes[2].leave(at(now)) {
+        let to = usize::try_from(o.to - 1).unwrap();
+        nodes[to].receive(at(now), &o.bytes).unwrap();
+    }
+    let mut r = 0;
+    while !nodes[2].parted() && r < 100 {
+        now += I;
+        r += 1;
+        round(&mut nodes, now, &[]);
+    }
+    assert!(nodes[2].parted());
+    // Ten idle minutes, the founder that left stopped.
+    for _ in 0..6_000 {
+        now += I;
+        round(&mut nodes, now, &[2]);
+        for k in 0..8_u64 {
+            let held = sum(&nodes[..2], &Key::from(k), &q);
+            assert!(held <= 1_000_000, "key {k}: {held} held");
+        }
+    }
+    for k in 0..8_u64 {
+        assert_eq!(nodes[0].share(&Key::from(k), &q), None, "key {k} kept");
+    }
+    assert_eq!(ask(&mut nodes[0], now, &Key::from(99_u64), &q, 1), 1);
+}
