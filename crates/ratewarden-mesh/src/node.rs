@@ -495,6 +495,24 @@ impl State {
         self.ack_due[from] = false;
     }
 
+    /// Escrow, with no gateway refusing and none asked for here: gives each live peer (not
+    /// `gone`, its life of the slot known) back what this gateway took from it beyond what it
+    /// gave it, so that the books balance and a key at rest comes to be held as at first
+    /// everywhere, and is forgotten ([`State::at_rest`]).
+    fn repay(&mut self, quota: &Quota, now: u64, me: usize, gone: &[bool]) {
+        let Bucket::Share(bucket) = &mut self.bucket else {
+            return;
+        };
+        for peer in (0..gone.len()).filter(|&i| i != me && !gone[i] && self.lives[i] != 0) {
+            let owed = self.received[peer].0.saturating_sub(self.given[peer].share);
+            if owed > 0 {
+                let (part, tokens) = bucket.take(quota, now, owed);
+                self.given[peer].share += part;
+                self.given[peer].tokens += tokens;
+            }
+        }
+    }
+
     /// A copy of the bucket as it is at `now`, its holds dropped if they have lapsed.
     fn bucket_at(&self, now: u64) -> Bucket {
         let mut bucket = self.bucket;
@@ -1460,7 +1478,7 @@ impl Node {
             for (origin, view) in state.views.iter_mut().enumerate() {
                 if view.hot > 0 {
                     view.hot -= 1;
-                    let life = life_of(origin, self.me, state.life, &state.lives, age);
+                    let life = life_of(origin, self.me, state.life, &state.lives);
                     gossip.push(entry(slot, self.members[origin], view, age, life));
                 }
             }
@@ -1478,7 +1496,7 @@ impl Node {
             if let Some(state) = self.slots.get(slot) {
                 for (origin, view) in state.views.iter().enumerate() {
                     if view.hot == 0 && view.version > 0 {
-                        let life = life_of(origin, self.me, state.life, &state.lives, age);
+                        let life = life_of(origin, self.me, state.life, &state.lives);
                         gossip.push(entry(slot, self.members[origin], view, age, life));
                         repaired += 1;
                     }
@@ -1885,8 +1903,9 @@ impl Node {
         for (slot, state) in &mut self.slots {
             // Lapsed holds pin no share.
             state.lapse(now);
-            let Bucket::Share(bucket) = &mut state.bucket else {
-                continue;
+            let share = match &state.bucket {
+                Bucket::Share(bucket) => bucket.share(),
+                Bucket::Owing(_) => continue,
             };
             // What this gateway asks for: its demand over the long run (an estimate steady
             // enough that demand spread over some gateways, however sparse, keeps shares
@@ -1912,12 +1931,12 @@ impl Node {
             } else {
                 (state.demand, state.pressure)
             };
-            if demand != own.a || bucket.share() != own.b || pressure != own.c || own.version == 0 {
+            if demand != own.a || share != own.b || pressure != own.c || own.version == 0 {
                 state.views[me] = View {
                     // Above every version an incarnation before could have sent.
                     version: incarnation.saturating_add(round),
                     a: demand,
-                    b: bucket.share(),
+                    b: share,
                     c: pressure,
                     hot: relay,
                 };
@@ -1932,46 +1951,32 @@ impl Node {
             // Shares move only while some gateway refuses, toward each one's max-min fair
             // part of the quota's rate (in whole units of its burst).
             let views = &state.views;
-            let (target, excess) = if (0..n).any(|i| !gone[i] && views[i].c > 0) {
-                let wants: Vec<u128> = (0..n)
-                    .map(|i| {
-                        let v = &views[i];
-                        if gone[i] {
-                            0
-                        } else {
-                            u128::from(v.a.min(capacity))
-                        }
-                    })
-                    .collect();
-                let parts = fair_parts(&wants, &gone, u128::from(capacity));
-                let target = in_units(&parts, slot.quota.burst());
-                // Half of what it holds above its part a round, so that shares settle rather
-                // than swing; and at least a unit's share, so that a part of whole units is
-                // reached.
-                let unit = (WHOLE / u64::from(slot.quota.burst()).max(1)).max(1);
-                let above = bucket.share().saturating_sub(target[me]);
-                if above < WHOLE / 1_000 {
-                    continue;
+            if (0..n).all(|i| gone[i] || views[i].c == 0) {
+                if demand == 0 {
+                    state.repay(&slot.quota, now, me, &gone);
                 }
-                (target, (above / 2).max(above.min(unit)))
-            } else if demand == 0 {
-                // No one refuses and no one asks here: this gateway gives each live peer back
-                // what it took from it beyond what it gave it, so that the books balance and
-                // a key at rest comes to be held as at first everywhere, and is forgotten.
-                for peer in (0..n).filter(|&i| i != me && !gone[i] && state.lives[i] != 0) {
-                    let owed = state.received[peer]
-                        .0
-                        .saturating_sub(state.given[peer].share);
-                    if owed > 0 {
-                        let (part, tokens) = bucket.take(&slot.quota, now, owed);
-                        state.given[peer].share += part;
-                        state.given[peer].tokens += tokens;
+                continue;
+            }
+            let wants: Vec<u128> = (0..n)
+                .map(|i| {
+                    let v = &views[i];
+                    if gone[i] {
+                        0
+                    } else {
+                        u128::from(v.a.min(capacity))
                     }
-                }
+                })
+                .collect();
+            let parts = fair_parts(&wants, &gone, u128::from(capacity));
+            let target = in_units(&parts, slot.quota.burst());
+            // Half of what it holds above its part a round, so that shares settle rather than
+            // swing; and at least a unit's share, so that a part of whole units is reached.
+            let unit = (WHOLE / u64::from(slot.quota.burst()).max(1)).max(1);
+            let above = share.saturating_sub(target[me]);
+            if above < WHOLE / 1_000 {
                 continue;
-            } else {
-                continue;
-            };
+            }
+            let excess = (above / 2).max(above.min(unit));
             // Only to members whose life of the slot is known (heard in their entries).
             let lives = &state.lives;
             let needs: Vec<(usize, u64)> = (0..n)
@@ -1984,6 +1989,9 @@ impl Node {
                 continue;
             }
             let giving = u128::from(excess).min(total_need);
+            let Bucket::Share(bucket) = &mut state.bucket else {
+                continue;
+            };
             for (peer, need) in needs {
                 let part = u64::try_from(giving * u128::from(need) / total_need).unwrap_or(0);
                 let (part, tokens) = bucket.take(&slot.quota, now, part);
@@ -2114,14 +2122,10 @@ fn entry(slot: &Slot, origin: NodeId, view: &View, age: Option<u64>, life: u64) 
     }
 }
 
-/// Escrow (`age` is `None`): member `origin`'s life of a slot whose life here is `life`
-/// and whose members' are `lives`, to tell with its entry; eventual: 0.
-fn life_of(origin: usize, me: usize, life: u64, lives: &[u64], age: Option<u64>) -> u64 {
-    match age {
-        Some(_) => 0,
-        None if origin == me => life,
-        None => lives[origin],
-    }
+/// Member `origin`'s life of a slot whose life here is `life` and whose members' are
+/// `lives`, to tell with its entry.
+fn life_of(origin: usize, me: usize, life: u64, lives: &[u64]) -> u64 {
+    if origin == me { life } else { lives[origin] }
 }
 
 /// Whether the mesh decides `algorithm`: every one but the sliding log, whose timestamps

@@ -78,7 +78,7 @@ pub struct Entry {
     /// The third figure.
     pub c: u64,
     /// Escrow: the slot's life on its origin (made anew after the origin forgot it: larger
-    /// is later), which the shares it exchanges are counted in; 0 in eventual mode.
+    /// is later), which the shares it exchanges are counted in; ignored in eventual mode.
     pub life: u64,
 }
 
