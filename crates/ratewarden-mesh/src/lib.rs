@@ -132,8 +132,9 @@
 //! sealed datagrams: a joiner's arrival, a departure ([`Node::leave`]), a death (probes
 //! unanswered, then suspicion for some seconds). A member that left or died, or that this
 //! run of the gateway never heard from, is given no more shares and is not
-//! [live](Node::live); it stays listed. A gateway without the secret, or of the other
-//! mode, is never let in, and at most [`Config::max_members`] are.
+//! [live](Node::live); it stays listed until it is forgotten (see "Gone joiners are
+//! forgotten"). A gateway without the secret, or of the other mode, is never let in, and
+//! at most [`Config::max_members`] are.
 //!
 //! - A gateway that leaves ([`Node::leave`], [`MeshStore::leave`]) admits nothing more and
 //!   hands its escrow shares to the live members, until they acknowledge them
@@ -224,9 +225,28 @@
 //!   what it handed over is given up with a key that comes to rest (see "Keys at rest are
 //!   forgotten"): the founders left hold `(N − 1) / N` of such keys. Found a mesh with gateways that stay, and let those
 //!   that come and go join (a joiner holds no first share).
-//! - **Members are kept for good.** A member that left or died stays listed (a few words a
-//!   slot), and counts against [`Config::max_members`]: a mesh that has seen that many
-//!   gateways lets no more join (they are dropped as [`Dropped::strangers`]).
+//! - **Gone joiners are forgotten; founders are kept for good.** Each member listed counts
+//!   against [`Config::max_members`]: a gateway beyond is not let in (its datagrams are
+//!   dropped as [`Dropped::strangers`]). A gateway forgets a joiner (not a founder: founders
+//!   hold first shares) once it has not heard from it for a minute (or
+//!   [`Node::quiet_rounds`], if longer), SWIM does not take it as live, and nothing is
+//!   outstanding with it on any key: in eventual mode no count of its that may still weigh
+//!   (a joiner's last admissions weigh for `N` times the time the quota drains a burst
+//!   and a period's count, so it may be kept that long); in escrow mode as much given it as
+//!   taken from it, every gift acknowledged. So forgetting it moves nothing: **over the
+//!   quota: never; unused: nothing**. A joiner that leaves gives back what it took along
+//!   the books first, and a gateway that asks for nothing, while none refuses, gives back
+//!   what it took, so joiners that come and go make room for others a minute after they
+//!   stop. A joiner gone while holding shares it was given is kept (what it holds is its
+//!   peers' to take back should it come back), as a dead founder's share is, so a mesh that
+//!   loses `max_members` such joiners lets no more join.
+//!
+//!   A member added after one was forgotten is held above the highest run forgotten, and
+//!   sent sequence numbers above the highest sent a forgotten member: a forgotten joiner
+//!   that comes back in the same run (it was cut off) is dropped at first and told to move
+//!   above ([`Dropped::stale`], as a gateway restarted with its clock behind), settling
+//!   with every peer as they settle with it, so nothing its run sent before is taken
+//!   again; it is heard a round later.
 //! - **Keys at rest are forgotten.** Each gateway holds the keys the fleet uses, up to
 //!   [`Config::max_slots`]; past it a new key is refused with [`Full`] (the store answers
 //!   `OutOfMemory`, handled by the layer's failure mode). Each round visits 256 slots and

@@ -77,7 +77,8 @@ pub struct Config {
     /// out at the next tick).
     pub interval: Duration,
     /// Members kept at most, this gateway among them: a gateway beyond is not let in (its
-    /// datagrams are dropped and counted as [`Dropped::strangers`]).
+    /// datagrams are dropped and counted as [`Dropped::strangers`]). Joiners gone a minute
+    /// with nothing outstanding are forgotten, and make room (see the crate docs).
     pub max_members: usize,
     pub(crate) sealer: Option<Sealer>,
 }
@@ -282,6 +283,11 @@ pub struct Node {
     /// When each member was last heard from (µs), and in which round.
     heard: Vec<Option<u64>>,
     heard_round: Vec<u64>,
+    /// The highest incarnation and sequence number of the members forgotten
+    /// ([`Node::forget_gone`]): a member added later is held above them, so that nothing a
+    /// forgotten run sent is taken, and it is sent no number it saw before.
+    forgotten_run: Option<u64>,
+    forgotten_sequence: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -513,6 +519,24 @@ impl State {
         }
     }
 
+    /// Whether nothing is outstanding with member `j` (in a mesh of `n`), so that forgetting
+    /// it admits nothing more and throws nothing away: eventual, no count of its that may
+    /// still weigh, even heard [`LATE`] later; escrow, as much given it as taken from it,
+    /// and all of it acknowledged (settling with it would move nothing).
+    fn even_with(&self, quota: &Quota, j: usize, now: u64, n: usize) -> bool {
+        match self.bucket {
+            Bucket::Owing(_) => {
+                let v = &self.views[j];
+                v.version == 0
+                    || (v.hot == 0 && !may_weigh(quota, v.c.saturating_add(LATE), now, n))
+            }
+            Bucket::Share(_) => {
+                let given = &self.given[j];
+                given.share == self.received[j].0 && given.acked >= given.share
+            }
+        }
+    }
+
     /// A copy of the bucket as it is at `now`, its holds dropped if they have lapsed.
     fn bucket_at(&self, now: u64) -> Bucket {
         let mut bucket = self.bucket;
@@ -619,6 +643,8 @@ impl Node {
             incarnations: vec![None; n],
             heard: vec![None; n],
             heard_round: vec![0; n],
+            forgotten_run: None,
+            forgotten_sequence: 0,
             config,
             members,
             index,
@@ -668,7 +694,8 @@ impl Node {
 
     /// The mesh's members, this gateway among them: its founders, sorted, then the gateways
     /// that joined since, in the order this gateway learnt of them. A member stays on the
-    /// list once it leaves or dies ([`live`](Self::live) tells who is heard from).
+    /// list once it leaves or dies ([`live`](Self::live) tells who is heard from); a joiner
+    /// gone a minute with nothing outstanding is forgotten (see the crate docs).
     #[must_use]
     pub fn members(&self) -> &[NodeId] {
         &self.members
@@ -1067,9 +1094,14 @@ impl Node {
         self.members.push(id);
         self.index.insert(id, i);
         self.down.push(false);
-        self.sequences.push(self.config.first_sequence);
+        self.sequences
+            .push(self.config.first_sequence.max(self.forgotten_sequence));
         self.windows.push(Window::default());
-        self.incarnations.push(None);
+        // Its datagrams are taken from a run above any forgotten: one that was forgotten and
+        // comes back in the same run is dropped and told to move above it (settling with
+        // every peer, as they then settle with it), so nothing it sent before is taken.
+        self.incarnations
+            .push(self.forgotten_run.map(|run| run.saturating_add(1)));
         self.heard.push(None);
         // Not taken as gone before it could have been heard from.
         self.heard_round.push(self.round);
@@ -1444,6 +1476,7 @@ impl Node {
             self.rebalance(now);
         }
         self.sweep(now);
+        self.forget_gone(now);
         let n = self.members.len();
         let mut to: Vec<Datagram> = self
             .members
@@ -1843,6 +1876,70 @@ impl Node {
         }
     }
 
+    /// Forgets joiners gone for [`FORGET_AFTER`] (not heard from, SWIM not taking them as
+    /// live) with which every slot is even ([`State::even_with`]), so that settling with
+    /// them would move nothing: they no longer count against [`Config::max_members`]. Run
+    /// every [`FORGET_EVERY`] rounds. Founders are kept (they hold first shares).
+    fn forget_gone(&mut self, now: u64) {
+        if !self.round.is_multiple_of(FORGET_EVERY) {
+            return;
+        }
+        let interval = u64::try_from(self.config.interval.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let after = FORGET_AFTER.div_ceil(interval).max(self.quiet_rounds());
+        let n = self.members.len();
+        for j in (self.founders..n).rev() {
+            if j == self.me || self.round.saturating_sub(self.heard_round[j]) <= after {
+                continue;
+            }
+            let even = self
+                .slots
+                .iter()
+                .all(|(slot, state)| state.even_with(&slot.quota, j, now, n));
+            let Some(membership) = &mut self.membership else {
+                return;
+            };
+            if even && membership.forget(self.members[j]) {
+                self.remove_member(j);
+            }
+        }
+    }
+
+    /// Removes member `j` from every list, keeping what is needed to hold a member added
+    /// later above its run and sequence numbers.
+    fn remove_member(&mut self, j: usize) {
+        let id = self.members.remove(j);
+        self.index.remove(&id);
+        for i in self.index.values_mut() {
+            if *i > j {
+                *i -= 1;
+            }
+        }
+        self.down.remove(j);
+        let sequence = self.sequences.remove(j);
+        self.forgotten_sequence = self.forgotten_sequence.max(sequence);
+        self.windows.remove(j);
+        if let Some(run) = self.incarnations.remove(j) {
+            self.forgotten_run = Some(self.forgotten_run.map_or(run, |r| r.max(run)));
+        }
+        self.heard.remove(j);
+        self.heard_round.remove(j);
+        if self.me > j {
+            self.me -= 1;
+        }
+        if self.beat_at > j {
+            self.beat_at -= 1;
+        }
+        for state in self.slots.values_mut() {
+            state.views.remove(j);
+            state.given.remove(j);
+            state.received.remove(j);
+            state.ack_due.remove(j);
+            state.lives.remove(j);
+        }
+    }
+
     /// The slot's state, made if new and there is room.
     fn state(&mut self, slot: Slot, now: u64) -> Option<&mut State> {
         if !self.slots.contains_key(&slot) {
@@ -2011,6 +2108,14 @@ const LATE: u64 = 5 * MICRO;
 
 /// Slots each round visits to forget those at rest: all of 100,000 every 40 s at 100 ms.
 const SWEPT_A_ROUND: usize = 256;
+
+/// How long a joiner is gone before it may be forgotten (µs): a minute, far longer than
+/// SWIM takes to find a member dead, so a member forgotten is one that left, died, or was
+/// cut off a long while.
+const FORGET_AFTER: u64 = 60 * MICRO;
+
+/// Rounds between looks for members to forget.
+const FORGET_EVERY: u64 = 16;
 
 /// More rounds than a run lasts (13 years at 100 ms): what a run that moves above its run
 /// before adds to the incarnation it learnt, so that its entries' versions (the incarnation

@@ -647,3 +647,175 @@ fn peers_that_miss_a_leave_by_swim_learn_it_from_the_gossip() {
         assert!(held >= 999_000, "the live members hold {held} millionths");
     }
 }
+
+/// Rounds after which a joiner gone (not heard from, not live to SWIM) is forgotten, at
+/// [`INTERVAL`]: a minute, and a check every few seconds.
+const FORGOTTEN_AFTER: u64 = 700;
+
+#[test]
+fn joiners_that_left_are_forgotten_and_make_room_for_new_ones() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut founders = config(Mode::Escrow);
+    founders.max_members = 4;
+    let mut mesh = Mesh::founded_with(&[1, 2], &founders);
+    for id in [3, 4] {
+        mesh.nodes
+            .insert(id, Node::join(id, &[1], config(Mode::Escrow)));
+    }
+    let mut admitted: Vec<(u64, u32)> = Vec::new();
+    mesh.rounds_asking(300, &[1, 2, 3, 4], (&key, &quota), &mut admitted);
+    assert_eq!(mesh.sorted_members(1), [1, 2, 3, 4]);
+    // The joiners leave, hand their shares over, and stop.
+    for id in [3, 4] {
+        let now = mesh.now();
+        let out = mesh.nodes.get_mut(&id).unwrap().leave(now);
+        mesh.deliver(now, out.into_iter().map(|o| (id, o)).collect());
+    }
+    mesh.rounds_until(50, |mesh| [3, 4].iter().all(|id| mesh.nodes[id].parted()));
+    mesh.cut.extend([3, 4]);
+    mesh.rounds_asking(FORGOTTEN_AFTER, &[1, 2], (&key, &quota), &mut admitted);
+    for id in [1, 2] {
+        assert_eq!(
+            mesh.sorted_members(id),
+            [1, 2],
+            "gone joiners are still members"
+        );
+    }
+    // Two new gateways join in their place, are given shares, and the mesh stays within
+    // the quota.
+    for id in [5, 6] {
+        mesh.nodes
+            .insert(id, Node::join(id, &[2], config(Mode::Escrow)));
+    }
+    mesh.rounds_until(200, |mesh| {
+        [1, 2, 5, 6]
+            .iter()
+            .all(|&id| mesh.sorted_members(id) == [1, 2, 5, 6])
+    });
+    let before = admitted.len();
+    mesh.rounds_asking(600, &[5, 6], (&key, &quota), &mut admitted);
+    let by_new = admitted.len() - before;
+    assert!(by_new >= 500, "the new joiners admitted {by_new} of 660");
+    let held = mesh.held(&[1, 2, 5, 6], &key, &quota);
+    assert!(
+        (999_000..=1_000_000).contains(&held),
+        "the members hold {held} millionths"
+    );
+    assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
+}
+
+#[test]
+fn a_gone_joiner_that_holds_shares_is_kept() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut mesh = Mesh::founded(&[1, 2], Mode::Escrow);
+    mesh.nodes
+        .insert(3, Node::join(3, &[1], config(Mode::Escrow)));
+    let mut admitted: Vec<(u64, u32)> = Vec::new();
+    mesh.rounds_asking(300, &[1, 2, 3], (&key, &quota), &mut admitted);
+    assert!(mesh.nodes[&3].share(&key, &quota).unwrap() > 0);
+    // It dies holding them: what its peers gave it is theirs to take back should it come
+    // back, so they keep it.
+    mesh.cut.push(3);
+    mesh.rounds_asking(2 * FORGOTTEN_AFTER, &[1, 2], (&key, &quota), &mut admitted);
+    for id in [1, 2] {
+        assert_eq!(mesh.sorted_members(id), [1, 2, 3]);
+    }
+    assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
+}
+
+#[test]
+fn a_forgotten_joiner_back_in_the_same_run_is_let_in_again_within_the_quota() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut mesh = Mesh::founded(&[1, 2, 3], Mode::Escrow);
+    mesh.nodes
+        .insert(4, Node::join(4, &[1], config(Mode::Escrow)));
+    let mut admitted: Vec<(u64, u32)> = Vec::new();
+    mesh.rounds_asking(300, &[1, 2, 3, 4], (&key, &quota), &mut admitted);
+    // It stops asking: with no gateway refusing, it gives back what it was given.
+    mesh.rounds_until(3_000, |mesh| {
+        mesh.nodes[&4].share(&key, &quota).unwrap_or(0) == 0
+    });
+    // Then it is cut off long enough to be forgotten, and comes back as it was.
+    let now = mesh.now();
+    let datagrams_before = mesh.nodes.get_mut(&4).unwrap().tick(now);
+    mesh.cut.push(4);
+    mesh.rounds_asking(FORGOTTEN_AFTER, &[1, 2, 3], (&key, &quota), &mut admitted);
+    for id in [1, 2, 3] {
+        assert_eq!(mesh.sorted_members(id), [1, 2, 3]);
+    }
+    mesh.cut.clear();
+    mesh.rounds_until(600, |mesh| {
+        [1, 2, 3, 4]
+            .iter()
+            .all(|&id| mesh.sorted_members(id) == [1, 2, 3, 4])
+    });
+    // The gossip it sent before it was forgotten is dropped now.
+    let stale = |mesh: &Mesh| -> u64 {
+        [1, 2, 3]
+            .iter()
+            .map(|id| {
+                let d = mesh.nodes[id].dropped();
+                d.stale + d.replayed
+            })
+            .sum()
+    };
+    let before = stale(&mesh);
+    let now = mesh.now();
+    let old: Vec<(NodeId, ratewarden_mesh::Outgoing)> = datagrams_before
+        .into_iter()
+        .filter(|o| !is_swim(&o.bytes))
+        .map(|o| (4, o))
+        .collect();
+    assert!(!old.is_empty());
+    let count = old.len() as u64;
+    mesh.deliver(now, old);
+    assert_eq!(
+        stale(&mesh) - before,
+        count,
+        "datagrams of before were taken"
+    );
+    let before = admitted.len();
+    mesh.rounds_asking(600, &[1, 2, 3, 4], (&key, &quota), &mut admitted);
+    let by_all = admitted.len() - before;
+    assert!(by_all >= 500, "the mesh admitted {by_all} of 600");
+    let held = mesh.held(&[1, 2, 3, 4], &key, &quota);
+    assert!(held <= 1_000_000, "the members hold {held} millionths");
+    assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
+}
+
+#[test]
+fn eventual_joiners_gone_are_forgotten_once_their_counts_weigh_nothing() {
+    let quota: Quota = "60/min".parse().unwrap();
+    let key = Key::from("k");
+    let mut founders = config(Mode::Eventual);
+    founders.max_members = 3;
+    let mut mesh = Mesh::founded_with(&[1, 2], &founders);
+    mesh.nodes
+        .insert(3, Node::join(3, &[1], config(Mode::Eventual)));
+    let mut admitted: Vec<(u64, u32)> = Vec::new();
+    mesh.rounds_asking(300, &[1, 2, 3], (&key, &quota), &mut admitted);
+    mesh.cut.push(3);
+    // Its last admissions weigh for 3 × 120 s (a burst and a minute's count, drained at
+    // 1/s, in a mesh of 3): it is kept until then.
+    mesh.rounds_asking(FORGOTTEN_AFTER, &[1, 2], (&key, &quota), &mut admitted);
+    for id in [1, 2] {
+        assert_eq!(mesh.sorted_members(id), [1, 2, 3]);
+    }
+    mesh.rounds_asking(3_200, &[1, 2], (&key, &quota), &mut admitted);
+    for id in [1, 2] {
+        assert_eq!(mesh.sorted_members(id), [1, 2]);
+    }
+    mesh.nodes
+        .insert(4, Node::join(4, &[1], config(Mode::Eventual)));
+    mesh.rounds_until(200, |mesh| {
+        [1, 2, 4]
+            .iter()
+            .all(|&id| mesh.sorted_members(id) == [1, 2, 4])
+    });
+    mesh.rounds_asking(600, &[1, 2, 4], (&key, &quota), &mut admitted);
+    // Eventual's bound for 3 gateways: at most two bursts over, each a second at most late.
+    assert_never_over(&admitted, 60.0 * 3.0 + 2.0, 60.0 / 60_000_000.0);
+}
