@@ -228,25 +228,27 @@
 //! - **Gone joiners are forgotten; founders are kept for good.** Each member listed counts
 //!   against [`Config::max_members`]: a gateway beyond is not let in (its datagrams are
 //!   dropped as [`Dropped::strangers`]). A gateway forgets a joiner (not a founder: founders
-//!   hold first shares) once it has not heard from it for a minute (or
-//!   [`Node::quiet_rounds`], if longer), SWIM does not take it as live, and nothing is
-//!   outstanding with it on any key: in eventual mode no count of its that may still weigh
-//!   (a joiner's last admissions weigh for `N` times the time the quota drains a burst
-//!   and a period's count, so it may be kept that long); in escrow mode as much given it as
-//!   taken from it, every gift acknowledged. So forgetting it moves nothing: **over the
-//!   quota: never; unused: nothing**. A joiner that leaves gives back what it took along
-//!   the books first, and a gateway that asks for nothing, while none refuses, gives back
-//!   what it took, so joiners that come and go make room for others a minute after they
-//!   stop. A joiner gone while holding shares it was given is kept (what it holds is its
-//!   peers' to take back should it come back), as a dead founder's share is, so a mesh that
-//!   loses `max_members` such joiners lets no more join.
+//!   hold first shares; nor, on a joiner, its seeds, whom it asks to let it in) once it has
+//!   not heard from it for a minute (or [`Node::quiet_rounds`], if longer), SWIM does not
+//!   take it as live, and nothing is outstanding with it on any key: in eventual mode no
+//!   count of its that may still weigh (a joiner's last admissions weigh for `N` times the
+//!   time the quota drains a burst and a period's count, so it may be kept that long); in
+//!   escrow mode as much given it as taken from it, every gift acknowledged. So forgetting
+//!   it moves nothing: **over the quota: never; unused: nothing**. A joiner that leaves
+//!   gives back what it took along the books first, and a gateway that asks for nothing,
+//!   while none refuses, gives back what it took, so joiners that come and go make room for
+//!   others a minute after they stop. A joiner gone while holding shares it was given is
+//!   kept (what it holds is its peers' to take back should it come back), as a dead
+//!   founder's share is, so a mesh that loses `max_members` such joiners lets no more join.
 //!
 //!   A member added after one was forgotten is held above the highest run forgotten, and
-//!   sent sequence numbers above the highest sent a forgotten member: a forgotten joiner
-//!   that comes back in the same run (it was cut off) is dropped at first and told to move
-//!   above ([`Dropped::stale`], as a gateway restarted with its clock behind), settling
-//!   with every peer as they settle with it, so nothing its run sent before is taken
-//!   again; it is heard a round later.
+//!   sent sequence numbers above the highest sent a forgotten member: one forgotten that
+//!   comes back in the same run (it was cut off) is dropped at first and told to move above
+//!   ([`Dropped::stale`], as a gateway restarted with its clock behind), settling with
+//!   every peer as they settle with it, so nothing its run sent before is taken again; it is
+//!   heard a round later. SWIM still asks a forgotten gateway it took for dead, now and
+//!   then, to let this one in, so the sides of a partition long enough for each to forget
+//!   the other's joiners meet again (each gateway forgotten then moves above once).
 //! - **Keys at rest are forgotten.** Each gateway holds the keys the fleet uses, up to
 //!   [`Config::max_slots`]; past it a new key is refused with [`Full`] (the store answers
 //!   `OutOfMemory`, handled by the layer's failure mode). Each round visits 256 slots and

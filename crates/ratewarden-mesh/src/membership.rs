@@ -190,19 +190,9 @@ impl Membership {
             .apply_many(std::iter::once(member), true, &mut self.runtime);
     }
 
-    /// Forgets gateway `id` unless SWIM takes it as live: SWIM drops it as it drops a member
-    /// long down (at the next tick), so it is no longer asked to let this gateway in, and is
-    /// taken as new should it announce itself again. `false`: SWIM takes it as live.
-    pub(crate) fn forget(&mut self, id: NodeId) -> bool {
-        if self.swim.iter_members().any(|m| m.id().id == id) {
-            return false;
-        }
-        for (due, timer) in &mut self.timers {
-            if matches!(timer, Timer::RemoveDown(m) if m.id == id) {
-                *due = 0;
-            }
-        }
-        true
+    /// Whether SWIM takes gateway `id` as live.
+    pub(crate) fn is_live(&self, id: NodeId) -> bool {
+        self.swim.iter_members().any(|m| m.id().id == id)
     }
 
     /// Applies a membership datagram's body. `false`: SWIM could not read it.

@@ -3,6 +3,7 @@
 //! socket or a random source of its own (its random peer choices come from a seed).
 
 use hashbrown::HashMap;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use ratewarden_core::{
@@ -241,6 +242,9 @@ pub struct Node {
     index: HashMap<NodeId, usize, foldhash::fast::RandomState>,
     /// How many of `members` share each quota at first: the founders.
     founders: usize,
+    /// How many of `members` this node was made with (the founders; a joiner's seeds and
+    /// itself): never forgotten, so a joiner whose seeds are not up yet still asks them.
+    made_with: usize,
     /// Members SWIM found dead or that left.
     down: Vec<bool>,
     membership: Option<Membership>,
@@ -283,11 +287,15 @@ pub struct Node {
     /// When each member was last heard from (µs), and in which round.
     heard: Vec<Option<u64>>,
     heard_round: Vec<u64>,
-    /// The highest incarnation and sequence number of the members forgotten
-    /// ([`Node::forget_gone`]): a member added later is held above them, so that nothing a
-    /// forgotten run sent is taken, and it is sent no number it saw before.
+    /// The highest incarnation of the members forgotten ([`Node::forget_gone`]), and the
+    /// highest sequence number sent one (or a gateway not a member): a member added later is
+    /// held above them, so that nothing a forgotten run sent is taken, and it is sent no
+    /// number it saw before.
     forgotten_run: Option<u64>,
     forgotten_sequence: u64,
+    /// The members forgotten last, [`FORGOTTEN_KEPT`] at most: SWIM may still ask them to
+    /// let this gateway in.
+    forgotten: VecDeque<NodeId>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -645,10 +653,12 @@ impl Node {
             heard_round: vec![0; n],
             forgotten_run: None,
             forgotten_sequence: 0,
+            forgotten: VecDeque::new(),
             config,
             members,
             index,
             founders,
+            made_with: n,
             down: vec![false; n],
             membership,
             let_in: me < founders,
@@ -1091,6 +1101,7 @@ impl Node {
             return None;
         }
         let i = self.members.len();
+        self.forgotten.retain(|&f| f != id);
         self.members.push(id);
         self.index.insert(id, i);
         self.down.push(false);
@@ -1280,8 +1291,20 @@ impl Node {
             }
         }
         for (to, body) in sends {
-            let Some(i) = self.member(to) else {
-                continue;
+            // SWIM sends to members, to a gateway it takes as live (added, if there is
+            // room), and now and then to a member forgotten that it took for dead, which
+            // stays forgotten (so the sides of a partition long healed find each other
+            // again). Never to others: a founder sends to its members only.
+            let i = match self.index.get(&to) {
+                Some(&i) => Some(i),
+                None if self.membership.as_ref().is_some_and(|m| m.is_live(to)) => {
+                    let Some(i) = self.member(to) else {
+                        continue;
+                    };
+                    Some(i)
+                }
+                None if self.forgotten.contains(&to) => None,
+                None => continue,
             };
             let mut bytes = Vec::with_capacity(membership::HEAD + body.len());
             bytes.extend_from_slice(membership::MAGIC);
@@ -1297,7 +1320,10 @@ impl Node {
             bytes.push(flags);
             bytes.extend_from_slice(&self.founders_digest.to_le_bytes());
             bytes.extend_from_slice(&body);
-            let bytes = self.seal(i, &bytes);
+            let bytes = match i {
+                Some(i) => self.seal(i, &bytes),
+                None => self.seal_forgotten(&bytes),
+            };
             self.sent.membership_datagrams += 1;
             self.sent.membership_bytes += bytes.len() as u64;
             self.pending.push(Outgoing { to, bytes });
@@ -1313,6 +1339,18 @@ impl Node {
                 let sequence = &mut self.sequences[i];
                 *sequence = sequence.saturating_add(1);
                 sealer.seal(*sequence, bytes)
+            }
+            None => bytes.to_vec(),
+        }
+    }
+
+    /// `bytes` sealed for a gateway not a member, with a sequence number above any sent a
+    /// member forgotten, and below those a member added later is sent.
+    fn seal_forgotten(&mut self, bytes: &[u8]) -> Vec<u8> {
+        match &self.config.sealer {
+            Some(sealer) => {
+                self.forgotten_sequence = self.forgotten_sequence.saturating_add(1);
+                sealer.seal(self.forgotten_sequence, bytes)
             }
             None => bytes.to_vec(),
         }
@@ -1877,9 +1915,11 @@ impl Node {
     }
 
     /// Forgets joiners gone for [`FORGET_AFTER`] (not heard from, SWIM not taking them as
-    /// live) with which every slot is even ([`State::even_with`]), so that settling with
-    /// them would move nothing: they no longer count against [`Config::max_members`]. Run
-    /// every [`FORGET_EVERY`] rounds. Founders are kept (they hold first shares).
+    /// live; SWIM keeps them as dead, asking them now and then to let this gateway in) with
+    /// which every slot is even ([`State::even_with`]), so that settling with them would
+    /// move nothing: they no longer count against [`Config::max_members`]. Run
+    /// every [`FORGET_EVERY`] rounds. The members it was made with are kept: founders hold
+    /// first shares, and a joiner's seeds are whom it asks to let it in.
     fn forget_gone(&mut self, now: u64) {
         if !self.round.is_multiple_of(FORGET_EVERY) {
             return;
@@ -1889,7 +1929,7 @@ impl Node {
             .max(1);
         let after = FORGET_AFTER.div_ceil(interval).max(self.quiet_rounds());
         let n = self.members.len();
-        for j in (self.founders..n).rev() {
+        for j in (self.made_with..n).rev() {
             if j == self.me || self.round.saturating_sub(self.heard_round[j]) <= after {
                 continue;
             }
@@ -1897,10 +1937,10 @@ impl Node {
                 .slots
                 .iter()
                 .all(|(slot, state)| state.even_with(&slot.quota, j, now, n));
-            let Some(membership) = &mut self.membership else {
+            let Some(membership) = &self.membership else {
                 return;
             };
-            if even && membership.forget(self.members[j]) {
+            if even && !membership.is_live(self.members[j]) {
                 self.remove_member(j);
             }
         }
@@ -1911,6 +1951,10 @@ impl Node {
     fn remove_member(&mut self, j: usize) {
         let id = self.members.remove(j);
         self.index.remove(&id);
+        if self.forgotten.len() >= FORGOTTEN_KEPT {
+            self.forgotten.pop_front();
+        }
+        self.forgotten.push_back(id);
         for i in self.index.values_mut() {
             if *i > j {
                 *i -= 1;
@@ -2113,6 +2157,10 @@ const SWEPT_A_ROUND: usize = 256;
 /// SWIM takes to find a member dead, so a member forgotten is one that left, died, or was
 /// cut off a long while.
 const FORGET_AFTER: u64 = 60 * MICRO;
+
+/// Members forgotten that SWIM may still ask to let a gateway in (as it asks members it
+/// took for dead): the last so many forgotten.
+const FORGOTTEN_KEPT: usize = 256;
 
 /// Rounds between looks for members to forget.
 const FORGET_EVERY: u64 = 16;

@@ -819,3 +819,64 @@ fn eventual_joiners_gone_are_forgotten_once_their_counts_weigh_nothing() {
     // Eventual's bound for 3 gateways: at most two bursts over, each a second at most late.
     assert_never_over(&admitted, 60.0 * 3.0 + 2.0, 60.0 / 60_000_000.0);
 }
+
+#[test]
+fn a_joiner_whose_seed_comes_up_minutes_later_still_joins_through_it() {
+    let mut mesh = Mesh::founded(&[], Mode::Escrow);
+    mesh.nodes
+        .insert(2, Node::join(2, &[1], config(Mode::Escrow)));
+    // Its seed is not up for two minutes: the joiner keeps it, and asks it again.
+    mesh.rounds(2 * FORGOTTEN_AFTER);
+    assert_eq!(mesh.sorted_members(2), [1, 2]);
+    mesh.nodes
+        .insert(1, Node::new(1, &[1], config(Mode::Escrow)));
+    mesh.rounds_until(300, |mesh| {
+        mesh.sorted_members(1) == [1, 2] && mesh.live(2) == [1, 2]
+    });
+}
+
+#[test]
+fn sides_apart_long_enough_to_forget_each_other_meet_again_within_the_quota() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut mesh = Mesh::founded(&[1, 2], Mode::Escrow);
+    for id in [3, 4] {
+        mesh.nodes
+            .insert(id, Node::join(id, &[1], config(Mode::Escrow)));
+    }
+    let all = [1, 2, 3, 4];
+    mesh.rounds_until(200, |mesh| all.iter().all(|&id| mesh.live(id) == all));
+    let mut admitted: Vec<(u64, u32)> = Vec::new();
+    mesh.rounds_asking(100, &all, (&key, &quota), &mut admitted);
+    // With no one asking, the joiners give back what they were given.
+    mesh.rounds_until(3_000, |mesh| mesh.held(&[3, 4], &key, &quota) == 0);
+    mesh.rounds(50);
+    // The founders and the joiners do not hear each other for four minutes, the founders
+    // asking: each side forgets the other's gateways it owes nothing to.
+    for a in [1, 2] {
+        for b in [3, 4] {
+            mesh.apart.push((a, b));
+        }
+    }
+    mesh.rounds_asking(2_400, &[1, 2], (&key, &quota), &mut admitted);
+    assert_eq!(
+        mesh.sorted_members(2),
+        [1, 2],
+        "the joiners are not forgotten"
+    );
+    assert_eq!(
+        mesh.sorted_members(4),
+        [1, 3, 4],
+        "founder 2 is not forgotten"
+    );
+    mesh.apart.clear();
+    let healed = mesh.rounds_until(3_000, |mesh| all.iter().all(|&id| mesh.live(id) == all));
+    assert!(
+        healed <= 1_200,
+        "all live to each other {healed} rounds after the heal"
+    );
+    mesh.rounds_asking(600, &all, (&key, &quota), &mut admitted);
+    let held = mesh.held(&all, &key, &quota);
+    assert!(held <= 1_000_000, "the members hold {held} millionths");
+    assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
+}
