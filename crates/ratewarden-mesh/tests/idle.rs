@@ -313,3 +313,37 @@ fn keys_used_once_are_forgotten_by_every_gateway_for_good() {
         assert_eq!(admitted(node, now + 2_000, &Key::from("new"), &quota, 1), 1);
     }
 }
+
+/// Eventual, unsealed: a datagram that comes again more than 5 s after its key was
+/// forgotten is taken as a first hearing (the crate docs): it over-charges once, by what it
+/// counts, and again and again after that it charges nothing more.
+#[test]
+fn unsealed_a_count_heard_again_late_after_its_key_was_forgotten_over_charges_it_once() {
+    let (quota, key): (Quota, _) = ("10/s".parse().unwrap(), Key::from("k"));
+    let open = || Config::new(Mode::Eventual);
+    let mut a = Node::new(1, &[1, 2], open());
+    let mut b = Node::new(2, &[1, 2], open());
+    assert_eq!(admitted(&mut a, 0, &key, &quota, 4), 4);
+    let first = a.tick(at(INTERVAL));
+    for o in &first {
+        b.receive(at(INTERVAL), &o.bytes).unwrap();
+    }
+    let mut nodes = vec![a, b];
+    let now = rounds(&mut nodes, INTERVAL, 15_000_000);
+    assert_eq!(
+        nodes[1].admitted_from(&key, &quota, 1),
+        0,
+        "B forgot the key"
+    );
+    for _ in 0..3 {
+        for o in &first {
+            nodes[1].receive(at(now), &o.bytes).unwrap();
+        }
+    }
+    assert_eq!(nodes[1].admitted_from(&key, &quota, 1), 4);
+    assert_eq!(
+        admitted(&mut nodes[1], now, &key, &quota, 10),
+        6,
+        "charged 4 once"
+    );
+}
