@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use ratewarden_core::{Key, Quota, Timestamp};
-use ratewarden_mesh::{Config, Mode, Node};
+use ratewarden_mesh::{Config, Mode, Node, Outgoing};
 
 const INTERVAL: u64 = 100_000;
 
@@ -262,20 +262,14 @@ fn a_gateway_is_not_charged_again_its_own_forgotten_units() {
     assert_eq!(admitted(&mut nodes[0], now + 1_001, &key, &quota, 10), 10);
 }
 
-/// Eventual: a datagram that comes again after its key was forgotten charges nothing: the
-/// seal drops it as replayed (as it would on a gateway that kept the key: a count heard
-/// again is not newer).
-#[test]
-fn a_datagram_again_after_a_key_was_forgotten_charges_nothing() {
+/// Eventual, two gateways made with `config`: A admits `units` of "k" (10/s) and tells B in
+/// its first round, then both go on until B has forgotten the key. Answers the gateways,
+/// A's first datagrams, and the time (µs).
+fn told_then_forgotten(config: &Config, units: u32) -> (Vec<Node>, Vec<Outgoing>, u64) {
     let (quota, key): (Quota, _) = ("10/s".parse().unwrap(), Key::from("k"));
-    let sealed = || {
-        Config::new(Mode::Eventual)
-            .secret(b"a secret of sixteen bytes or more")
-            .unwrap()
-    };
-    let mut a = Node::new(1, &[1, 2], sealed());
-    let mut b = Node::new(2, &[1, 2], sealed());
-    assert_eq!(admitted(&mut a, 0, &key, &quota, 10), 10);
+    let mut a = Node::new(1, &[1, 2], config.clone());
+    let mut b = Node::new(2, &[1, 2], config.clone());
+    assert_eq!(admitted(&mut a, 0, &key, &quota, units), units);
     let first = a.tick(at(INTERVAL));
     for o in &first {
         b.receive(at(INTERVAL), &o.bytes).unwrap();
@@ -287,6 +281,19 @@ fn a_datagram_again_after_a_key_was_forgotten_charges_nothing() {
         0,
         "B forgot the key"
     );
+    (nodes, first, now)
+}
+
+/// Eventual: a datagram that comes again after its key was forgotten charges nothing: the
+/// seal drops it as replayed (as it would on a gateway that kept the key: a count heard
+/// again is not newer).
+#[test]
+fn a_datagram_again_after_a_key_was_forgotten_charges_nothing() {
+    let (quota, key): (Quota, _) = ("10/s".parse().unwrap(), Key::from("k"));
+    let sealed = Config::new(Mode::Eventual)
+        .secret(b"a secret of sixteen bytes or more")
+        .unwrap();
+    let (mut nodes, first, now) = told_then_forgotten(&sealed, 10);
     for o in &first {
         nodes[1].receive(at(now), &o.bytes).unwrap();
     }
@@ -320,21 +327,7 @@ fn keys_used_once_are_forgotten_by_every_gateway_for_good() {
 #[test]
 fn unsealed_a_count_heard_again_late_after_its_key_was_forgotten_over_charges_it_once() {
     let (quota, key): (Quota, _) = ("10/s".parse().unwrap(), Key::from("k"));
-    let open = || Config::new(Mode::Eventual);
-    let mut a = Node::new(1, &[1, 2], open());
-    let mut b = Node::new(2, &[1, 2], open());
-    assert_eq!(admitted(&mut a, 0, &key, &quota, 4), 4);
-    let first = a.tick(at(INTERVAL));
-    for o in &first {
-        b.receive(at(INTERVAL), &o.bytes).unwrap();
-    }
-    let mut nodes = vec![a, b];
-    let now = rounds(&mut nodes, INTERVAL, 15_000_000);
-    assert_eq!(
-        nodes[1].admitted_from(&key, &quota, 1),
-        0,
-        "B forgot the key"
-    );
+    let (mut nodes, first, now) = told_then_forgotten(&Config::new(Mode::Eventual), 4);
     for _ in 0..3 {
         for o in &first {
             nodes[1].receive(at(now), &o.bytes).unwrap();
