@@ -75,6 +75,8 @@ pub struct Scenario {
     pub interval: u64,
     /// Peers each round goes to.
     pub fanout: usize,
+    /// Escrow: rounds between moves of shares across regions ([`Config::region_rounds`]).
+    pub region_rounds: Option<u32>,
     /// The network (its `regions` gives the number of gateways).
     pub network: Network,
     /// Requests: (time µs, gateway), sorted by time.
@@ -141,10 +143,14 @@ pub fn run(s: &Scenario) -> Report {
     let mut rng = fastrand::Rng::with_seed(s.seed);
     let mut nodes: Vec<Node> = ids
         .iter()
-        .map(|&id| {
+        .enumerate()
+        .map(|(i, &id)| {
             let mut config = Config::new(s.mode);
             config.fanout = s.fanout;
             config.seed = s.seed;
+            config.region_rounds = s.region_rounds;
+            // Regions number a handful here.
+            config.region = u16::try_from(s.network.regions[i]).unwrap_or(u16::MAX);
             Node::new(id, &ids, config)
         })
         .collect();
@@ -564,6 +570,7 @@ pub fn cell(c: Cell) -> Summary {
             quota,
             interval: c.interval,
             fanout: 3,
+            region_rounds: Some(10),
             network: Network::flat(c.n, 1_000, c.loss),
             requests: requests(&mut rng, c.n, &quota, duration),
             duration,
@@ -638,6 +645,7 @@ pub fn convergence(
                 quota,
                 interval,
                 fanout: 3,
+                region_rounds: Some(10),
                 network: Network::flat(n, 1_000, loss),
                 requests: (0..50).map(|_| (at, gateway)).collect(),
                 duration: 11_000_000,
@@ -691,6 +699,7 @@ pub fn moved(
         quota,
         interval,
         fanout: 3,
+        region_rounds: Some(10),
         network: Network::flat(n, 1_000, loss),
         requests,
         duration: 2 * minute,
@@ -720,6 +729,7 @@ pub fn regions(mode: Mode, interval: u64, load: f64, seed: u64) -> Scenario {
         quota,
         interval,
         fanout: 3,
+        region_rounds: Some(10),
         network: Network {
             regions: (0..n).map(|i| i / 4).collect(),
             delay,

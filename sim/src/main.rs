@@ -205,9 +205,16 @@ fn partitioned_regions() {
         "| mode | seed | admitted | exact limiter | excess | stated bound | counted everywhere after the heal |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    for mode in [Mode::Escrow, Mode::Eventual] {
+    for (mode, region_rounds, name) in [
+        (Mode::Escrow, Some(10), "Escrow"),
+        (Mode::Escrow, None, "Escrow, fixed split"),
+        (Mode::Eventual, Some(10), "Eventual"),
+    ] {
         for seed in 0..5 {
-            let r = run(&regions(mode, 100_000, 2.0, seed));
+            let r = run(&Scenario {
+                region_rounds,
+                ..regions(mode, 100_000, 2.0, seed)
+            });
             let bound = match mode {
                 Mode::Escrow => 0.0,
                 Mode::Eventual => {
@@ -223,8 +230,34 @@ fn partitioned_regions() {
                 "-".into()
             };
             println!(
-                "| {mode:?} | {seed} | {} | {} | {:.2} | {:.2} | {lag} |",
+                "| {name} | {seed} | {} | {} | {:.2} | {:.2} | {lag} |",
                 r.admitted, r.ideal, r.excess, bound
+            );
+        }
+    }
+    println!(
+        "\nThe same regions, no partition, demand at twice the rate on region 1's gateways only\n"
+    );
+    println!("| mode | seed | admitted | exact limiter | admitted / exact limiter |");
+    println!("|---|---:|---:|---:|---:|");
+    for (region_rounds, name) in [
+        (Some(10), "Escrow, shares across regions every 10 rounds"),
+        (None, "Escrow, fixed split"),
+    ] {
+        for seed in 0..5 {
+            let mut s = Scenario {
+                region_rounds,
+                ..regions(Mode::Escrow, 100_000, 6.0, seed)
+            };
+            s.requests.retain(|&(_, gateway)| gateway < 4);
+            s.network.partitions.clear();
+            s.heal = None;
+            let r = run(&s);
+            println!(
+                "| {name} | {seed} | {} | {} | {:.2} |",
+                r.admitted,
+                r.ideal,
+                r.admitted as f64 / r.ideal as f64
             );
         }
     }
@@ -307,6 +340,7 @@ fn claims(traces: usize) {
                     quota,
                     interval: *interval,
                     fanout: 3,
+                    region_rounds: Some(10),
                     network: network.clone(),
                     requests: trace(*n, seed),
                     duration,

@@ -3,7 +3,9 @@
 
 use ratewarden_core::Algorithm;
 use ratewarden_mesh::Mode;
-use ratewarden_sim::{Cell, cell, convergence, eventual_bound, held, moved, quota, regions, run};
+use ratewarden_sim::{
+    Cell, Scenario, cell, convergence, eventual_bound, held, moved, quota, regions, run,
+};
 
 const TRACES: usize = 20;
 
@@ -109,7 +111,8 @@ fn a_burst_on_one_gateway_converges_within_log2_n_plus_2_rounds() {
     }
 }
 
-/// A region cut off for 30 s: escrow stays within the quota throughout; eventual admits at
+/// A region cut off for 30 s: escrow stays within the quota throughout (shares following
+/// demand across regions or split for good); eventual admits at
 /// most the quota on each side (plus each side's own bound), and every gateway has counted
 /// what the others admitted before the heal within 3 rounds of it.
 #[test]
@@ -119,6 +122,11 @@ fn a_partitioned_region_stays_within_each_modes_bound() {
     for seed in 0..3 {
         let escrow = run(&regions(Mode::Escrow, 100_000, 2.0, seed));
         assert_eq!(escrow.excess, 0.0, "escrow {escrow:?}");
+        let fixed = run(&Scenario {
+            region_rounds: None,
+            ..regions(Mode::Escrow, 100_000, 2.0, seed)
+        });
+        assert_eq!(fixed.excess, 0.0, "escrow, a fixed split {fixed:?}");
         let scenario = regions(Mode::Eventual, 100_000, 2.0, seed);
         let eventual = run(&scenario);
         let partition = 30_000_000.0;

@@ -120,6 +120,30 @@
 //!   above stands**, plus overdrafts. A refund comes back to the gateway that takes it
 //!   only: its peers keep the units charged.
 //!
+//! # Regions
+//!
+//! Each gateway carries a region ([`Config::region`], sent in every datagram's head). In
+//! escrow mode a gateway moves shares to gateways of its own region every round, and to
+//! gateways of another region only every [`Config::region_rounds`] (10 by default), so a
+//! quota split between regions follows demand more slowly across them than within one;
+//! with `None`, never: each region keeps its founders' first shares of every quota (a fixed
+//! split, in proportion to its founders), a joiner is given shares only by its own region,
+//! and a gateway that leaves hands its shares to its own region (to another only when none
+//! of its own is live). What comes back along the books (a gift returned, a restart
+//! settled) goes back to the region it came from.
+//!
+//! - **Escrow**, with a region cut off: each side spends only the shares it holds, so
+//!   **over the quota: never**, in any interval, throughout the partition and after it.
+//!   **Unused**: what the side cut off holds beyond its demand, until the heal (the
+//!   simulator: 3 regions of 4 gateways, one cut off for 30 s of 60, 0.88-0.95 of one
+//!   exact limiter). A fixed split leaves a region's share unused where its demand is
+//!   below it (demand on one region of three: 0.32-0.36 of one exact limiter, against
+//!   0.87-0.95 with shares moved every 10 rounds).
+//! - **Eventual** does not use regions: each side of a partition counts only its own
+//!   admissions and what it heard before, so **each side admits at most the whole quota**
+//!   (plus its own bound, for its own `N` and `D`) while cut off, and every gateway has
+//!   counted what each other admitted within a few rounds of the heal.
+//!
 //! # Members
 //!
 //! The gateways a [`Node`] is made with ([`Node::new`]) found the mesh: each holds an equal

@@ -81,12 +81,22 @@ pub struct Config {
     /// datagrams are dropped and counted as [`Dropped::strangers`]). Joiners gone a minute
     /// with nothing outstanding are forgotten, and make room (see the crate docs).
     pub max_members: usize,
+    /// This gateway's region (escrow): gateways of a region move shares among themselves
+    /// every round, and to gateways of another region only every
+    /// [`region_rounds`](Self::region_rounds).
+    pub region: u16,
+    /// Escrow: rounds between moves of shares from one region to another, so that a quota
+    /// split between regions follows demand more slowly than within one; `None`: never, each
+    /// region keeps its founders' first shares of every quota (a fixed split; a joiner is
+    /// given shares by gateways of its region only). A gateway hands what it holds to
+    /// another region only when it leaves and no member of its own region is live.
+    pub region_rounds: Option<u32>,
     pub(crate) sealer: Option<Sealer>,
 }
 
 impl Config {
     /// The defaults for `mode`: fanout 3, datagrams of 1,400 bytes, 100,000 slots, 64
-    /// entries repaired a round.
+    /// entries repaired a round, region 0, shares moved across regions every 10 rounds.
     #[must_use]
     pub const fn new(mode: Mode) -> Self {
         Self {
@@ -102,6 +112,8 @@ impl Config {
             discover: false,
             interval: Duration::from_millis(100),
             max_members: 64,
+            region: 0,
+            region_rounds: Some(10),
             sealer: None,
         }
     }
@@ -177,11 +189,11 @@ pub struct Dropped {
 /// relayed for [`Node::relay_rounds`] rounds) and up to [`Config::repair_per_round`] repaired
 /// ones, one peer in turn a datagram (empty if it has nothing else for it), and each peer it
 /// owes a transfer or an acknowledgement one of each per slot; every
-/// datagram of at most [`Config::max_datagram`] bytes. In bytes: a datagram's head is 51
-/// (91 sealed), a slot `25 + k` where `k` is 9 for a number key, 17 for an IP address, 33 for
+/// datagram of at most [`Config::max_datagram`] bytes. In bytes: a datagram's head is 53
+/// (93 sealed), a slot `25 + k` where `k` is 9 for a number key, 17 for an IP address, 33 for
 /// a digest and `2 + len` for a short string key; an entry is a slot and 48, a transfer a
 /// slot and 32, an acknowledgement a slot and 24. One key changing on every gateway of `n`
-/// costs a gateway at most `min(fanout, n − 1) × (91 + 2n × entry) + (n − 1) × (91 +
+/// costs a gateway at most `min(fanout, n − 1) × (93 + 2n × entry) + (n − 1) × (93 +
 /// transfer + acknowledgement)` bytes a round.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -287,6 +299,8 @@ pub struct Node {
     /// When each member was last heard from (µs), and in which round.
     heard: Vec<Option<u64>>,
     heard_round: Vec<u64>,
+    /// Each member's region, once heard from (this gateway's own from the start).
+    regions: Vec<Option<u16>>,
     /// The highest incarnation of the members forgotten ([`Node::forget_gone`]), and the
     /// highest sequence number sent one (or a gateway not a member): a member added later is
     /// held above them, so that nothing a forgotten run sent is taken, and it is sent no
@@ -651,6 +665,7 @@ impl Node {
             incarnations: vec![None; n],
             heard: vec![None; n],
             heard_round: vec![0; n],
+            regions: (0..n).map(|i| (i == me).then_some(config.region)).collect(),
             forgotten_run: None,
             forgotten_sequence: 0,
             forgotten: VecDeque::new(),
@@ -1114,6 +1129,7 @@ impl Node {
         self.incarnations
             .push(self.forgotten_run.map(|run| run.saturating_add(1)));
         self.heard.push(None);
+        self.regions.push(None);
         // Not taken as gone before it could have been heard from.
         self.heard_round.push(self.round);
         for state in self.slots.values_mut() {
@@ -1207,6 +1223,7 @@ impl Node {
     fn part(&mut self, now: u64) {
         let me = self.me;
         let gone = self.gone();
+        let region = Some(self.config.region);
         let live: Vec<usize> = (0..self.members.len())
             .filter(|&i| i != me && !gone[i])
             .collect();
@@ -1234,11 +1251,18 @@ impl Node {
                 state.given[peer].share += part;
                 state.given[peer].tokens += tokens;
             }
+            // The rest to this region's gateways, or others' if none of its own is live.
+            let near: Vec<usize> = live
+                .iter()
+                .copied()
+                .filter(|&i| self.regions[i] == region)
+                .collect();
+            let heirs = if near.is_empty() { &live } else { &near };
             let rest = bucket.share();
-            let each = rest / live.len() as u64;
-            for (k, &peer) in live.iter().enumerate() {
+            let each = rest / heirs.len() as u64;
+            for (k, &peer) in heirs.iter().enumerate() {
                 let part = if k == 0 {
-                    rest - each * (live.len() as u64 - 1)
+                    rest - each * (heirs.len() as u64 - 1)
                 } else {
                     each
                 };
@@ -1528,6 +1552,7 @@ impl Node {
                 to_sequence: self.windows[i].highest(),
                 escrow: self.config.mode == Mode::Escrow,
                 left: self.left,
+                region: self.config.region,
                 ..Datagram::default()
             })
             .collect();
@@ -1706,6 +1731,7 @@ impl Node {
         *sequence = (*sequence).max(datagram.to_sequence);
         self.heard[from] = Some(now);
         self.heard_round[from] = self.round;
+        self.regions[from] = Some(datagram.region);
         let (relay, members) = (self.relay_rounds, self.members.len());
         // Transfers and acknowledgements meant for this gateway's incarnation before are void.
         let for_me = datagram.to_incarnation == self.config.incarnation;
@@ -1969,6 +1995,7 @@ impl Node {
         }
         self.heard.remove(j);
         self.heard_round.remove(j);
+        self.regions.remove(j);
         if self.me > j {
             self.me -= 1;
         }
@@ -2041,6 +2068,13 @@ impl Node {
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
         let (n, founders) = (self.members.len(), self.founders);
         let gone = self.gone();
+        // Shares go to gateways of this region, and of others every `region_rounds`.
+        let region = Some(self.config.region);
+        let across = self
+            .config
+            .region_rounds
+            .is_some_and(|every| round.is_multiple_of(u64::from(every.max(1))));
+        let regions = &self.regions;
         for (slot, state) in &mut self.slots {
             // Lapsed holds pin no share.
             state.lapse(now);
@@ -2121,7 +2155,7 @@ impl Node {
             // Only to members whose life of the slot is known (heard in their entries).
             let lives = &state.lives;
             let needs: Vec<(usize, u64)> = (0..n)
-                .filter(|&i| i != me && lives[i] != 0)
+                .filter(|&i| i != me && lives[i] != 0 && (across || regions[i] == region))
                 .map(|i| (i, target[i].saturating_sub(share_of(i, &views[i]))))
                 .filter(|&(_, need)| need > 0)
                 .collect();

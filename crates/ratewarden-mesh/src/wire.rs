@@ -15,7 +15,7 @@ use ratewarden_core::{Algorithm, Key, KeyRepr, MAX_KEY_LEN, Quota};
 /// A gateway's id in the mesh.
 pub type NodeId = u64;
 
-const MAGIC: &[u8; 4] = b"RWM4";
+const MAGIC: &[u8; 4] = b"RWM5";
 /// A head flag: the sender runs escrow.
 const ESCROW: u8 = 1;
 /// A head flag: the sender left the mesh.
@@ -132,6 +132,8 @@ pub struct Datagram {
     pub escrow: bool,
     /// Whether the sender left the mesh (it admits nothing, and is given nothing more).
     pub left: bool,
+    /// The sender's region ([`Config::region`](crate::Config::region)).
+    pub region: u16,
     /// Entries, any origin's.
     pub entries: Vec<Entry>,
     /// The sender's transfers to the receiver.
@@ -220,6 +222,7 @@ impl Datagram {
             }
             _ => return Err(WireError::Invalid),
         }
+        datagram.region = r.u16()?;
         for section in 0..3 {
             let n = r.u16()?;
             for _ in 0..n {
@@ -298,7 +301,7 @@ impl Record<'_> {
 }
 
 /// Bytes of a datagram's head before its sections.
-const HEAD: usize = 4 + 8 + 8 + 8 + 8 + 8 + 1;
+const HEAD: usize = 4 + 8 + 8 + 8 + 8 + 8 + 1 + 2;
 
 /// A datagram being filled: its header, and each section's record count and bytes.
 struct Writer {
@@ -308,7 +311,7 @@ struct Writer {
 
 impl Writer {
     /// A datagram's head: the magic, `from`, `to`, both incarnations, the receiver's last
-    /// sequence number and the mode (45 bytes).
+    /// sequence number, the flags and the sender's region (47 bytes).
     fn new(datagram: &Datagram) -> Self {
         let mut head = Vec::with_capacity(HEAD);
         head.extend_from_slice(MAGIC);
@@ -325,6 +328,7 @@ impl Writer {
             flags |= LEFT;
         }
         head.push(flags);
+        head.extend_from_slice(&datagram.region.to_le_bytes());
         Self {
             head,
             sections: Default::default(),
@@ -492,6 +496,7 @@ mod tests {
             to_sequence: 9,
             escrow: true,
             left: true,
+            region: 3,
             entries: (0..40)
                 .map(|i| Entry {
                     slot: Slot {
@@ -530,12 +535,13 @@ mod tests {
             to_sequence: 9,
             escrow: true,
             left: true,
+            region: 3,
             ..Datagram::default()
         };
         for part in &parts {
             assert!(part.len() <= 500, "{}", part.len());
             let d = Datagram::decode(part).expect("decodes");
-            assert!(d.escrow && d.left);
+            assert!(d.escrow && d.left && d.region == 3);
             joined.entries.extend(d.entries);
             joined.transfers.extend(d.transfers);
             joined.acks.extend(d.acks);

@@ -127,13 +127,13 @@ fn reports(children: &mut Children) -> Vec<Report> {
 }
 
 /// The bytes [`ratewarden_mesh::Sent`] says a gateway sends a round at most, one key changing
-/// on every gateway: `min(fanout, n − 1) × (91 + 2n × entry) + (n − 1) × (91 + transfer +
+/// on every gateway: `min(fanout, n − 1) × (93 + 2n × entry) + (n − 1) × (93 + transfer +
 /// acknowledgement)`.
 fn bytes_bound(key: &str) -> u64 {
     let n = GATEWAYS as u64;
     let slot = 25 + 2 + key.len() as u64;
     let (entry, transfer, ack) = (slot + 48, slot + 32, slot + 24);
-    3.min(n - 1) * (91 + 2 * n * entry) + (n - 1) * (91 + transfer + ack)
+    3.min(n - 1) * (93 + 2 * n * entry) + (n - 1) * (93 + transfer + ack)
 }
 
 #[test]

@@ -1,0 +1,158 @@
+//! Regions (escrow): gateways of a region move shares among themselves every round, and
+//! across regions only every `Config::region_rounds`, or never (a fixed split: each region
+//! keeps its founders' first shares); a region cut off keeps the total within the quota.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use ratewarden_core::{Key, Quota, Timestamp};
+use ratewarden_mesh::{Config, Mode, Node};
+
+const INTERVAL: u64 = 100_000;
+
+/// Founders `1..=regions.len()`, gateway `i + 1` in region `regions[i]`, moving shares across
+/// regions every `region_rounds`.
+fn founded(regions: &[u16], region_rounds: Option<u32>) -> Vec<Node> {
+    let ids: Vec<u64> = (1..=regions.len() as u64).collect();
+    ids.iter()
+        .zip(regions)
+        .map(|(&id, &region)| {
+            let mut config = Config::new(Mode::Escrow);
+            config.region = region;
+            config.region_rounds = region_rounds;
+            Node::new(id, &ids, config)
+        })
+        .collect()
+}
+
+/// Round `round`: gateways (by index) in `asking` are asked 10 units each, then every gateway
+/// ticks, and what it sends arrives unless `cut(from, to)`. Answers the units admitted.
+fn round(
+    nodes: &mut [Node],
+    round: u64,
+    asking: &[usize],
+    (key, quota): (&Key, &Quota),
+    cut: impl Fn(usize, usize) -> bool,
+) -> u64 {
+    let now = Timestamp::from_micros(round * INTERVAL);
+    let mut admitted = 0;
+    for &i in asking {
+        for _ in 0..10 {
+            admitted += u64::from(nodes[i].check(now, key, quota, 1).unwrap().is_allowed());
+        }
+    }
+    let out: Vec<_> = (0..nodes.len())
+        .flat_map(|i| nodes[i].tick(now).into_iter().map(move |o| (i, o)))
+        .collect();
+    for (from, datagram) in out {
+        let to = usize::try_from(datagram.to - 1).unwrap();
+        if !cut(from, to) {
+            nodes[to].receive(now, &datagram.bytes).unwrap();
+        }
+    }
+    admitted
+}
+
+/// The shares gateways `which` hold, a gateway that has not made the key yet holding its
+/// first share (of `nodes.len()` equal ones).
+fn held(nodes: &[Node], which: &[usize], key: &Key, quota: &Quota) -> u64 {
+    let first = 1_000_000 / nodes.len() as u64;
+    which
+        .iter()
+        .map(|&i| nodes[i].share(key, quota).unwrap_or(first))
+        .sum()
+}
+
+#[test]
+fn a_fixed_split_keeps_each_regions_share_in_the_region() {
+    let (key, quota): (Key, Quota) = (Key::from("k"), "600/min burst 600".parse().unwrap());
+    let mut nodes = founded(&[0, 0, 1, 1], None);
+    let mut admitted = 0;
+    // Only gateway 0 asks, for more than the whole quota, for two minutes.
+    for r in 1..=1_200 {
+        admitted += round(&mut nodes, r, &[0], (&key, &quota), |_, _| false);
+        assert_eq!(
+            held(&nodes, &[2, 3], &key, &quota),
+            500_000,
+            "round {r}: region 1 gave its share away"
+        );
+    }
+    // Its region's half: half the burst and half of two minutes at 10/s.
+    assert!(admitted <= 300 + 600, "{admitted} admitted");
+    assert!(admitted >= 800, "{admitted} of 900 admitted");
+    assert!(held(&nodes, &[0], &key, &quota) >= 490_000);
+}
+
+#[test]
+fn shares_follow_demand_across_regions_only_every_few_rounds() {
+    let (key, quota): (Key, Quota) = (Key::from("k"), "600/min burst 600".parse().unwrap());
+    let mut nodes = founded(&[0, 0, 1, 1], Some(10));
+    let mut admitted = 0;
+    let mut moved_across = 0;
+    let mut before = held(&nodes, &[2, 3], &key, &quota);
+    for r in 1..=1_200 {
+        admitted += round(&mut nodes, r, &[0], (&key, &quota), |_, _| false);
+        let after = held(&nodes, &[2, 3], &key, &quota);
+        if after < before {
+            assert_eq!(r % 10, 0, "round {r}: region 1 gave across regions");
+            moved_across += 1;
+        }
+        before = after;
+    }
+    assert!(moved_across > 0);
+    // One exact limiter admits the burst and two minutes at 10/s: 1,800.
+    assert!(admitted <= 1_800, "{admitted} admitted");
+    assert!(admitted >= 1_500, "{admitted} of 1,800 admitted");
+    assert!(held(&nodes, &[0], &key, &quota) >= 900_000);
+}
+
+#[test]
+fn a_region_cut_off_keeps_the_mesh_within_the_quota() {
+    for region_rounds in [None, Some(10)] {
+        let (key, quota): (Key, Quota) = (Key::from("k"), "600/min burst 600".parse().unwrap());
+        let mut nodes = founded(&[0, 0, 1, 1, 2, 2], region_rounds);
+        let all = [0, 1, 2, 3, 4, 5];
+        let mut log: Vec<(u64, u64)> = Vec::new();
+        // Region 2 is cut off from the others for a minute of three, everyone asking.
+        for r in 1..=1_800 {
+            let cut = |a: usize, b: usize| (600..1_200).contains(&r) && ((a >= 4) != (b >= 4));
+            let units = round(&mut nodes, r, &all, (&key, &quota), cut);
+            log.push((r * INTERVAL, units));
+        }
+        // Never over: the burst and 10/s in every interval.
+        for (i, &(start, _)) in log.iter().enumerate() {
+            let mut units = 0;
+            for &(at, u) in &log[i..] {
+                units += u;
+                let bound = 600 + (at - start) / INTERVAL;
+                assert!(
+                    units <= bound,
+                    "{units} from {start} to {at} µs, over {bound}"
+                );
+            }
+        }
+        let total: u64 = log.iter().map(|&(_, u)| u).sum();
+        assert!(
+            total >= 2_000,
+            "{region_rounds:?}: {total} of 2,400 admitted"
+        );
+        let shares = held(&nodes, &all, &key, &quota);
+        assert!(shares <= 1_000_000, "shares sum to {shares}");
+    }
+}
+
+#[test]
+fn a_leaver_hands_its_share_to_its_own_region() {
+    let (key, quota): (Key, Quota) = (Key::from("k"), "600/min burst 600".parse().unwrap());
+    let mut nodes = founded(&[0, 0, 1, 1], None);
+    for r in 1..=100 {
+        round(&mut nodes, r, &[0, 1, 2, 3], (&key, &quota), |_, _| false);
+    }
+    let region_1 = held(&nodes, &[2, 3], &key, &quota);
+    nodes[0].leave(Timestamp::from_micros(101 * INTERVAL));
+    for r in 101..=200 {
+        round(&mut nodes, r, &[1, 2, 3], (&key, &quota), |_, _| false);
+    }
+    assert!(nodes[0].parted());
+    assert_eq!(held(&nodes, &[0], &key, &quota), 0);
+    assert_eq!(held(&nodes, &[2, 3], &key, &quota), region_1);
+    assert_eq!(held(&nodes, &[1], &key, &quota), 1_000_000 - region_1);
+}
