@@ -127,8 +127,8 @@
 //! gateways of another region only every [`Config::region_rounds`] (10 by default), so a
 //! quota split between regions follows demand more slowly across them than within one;
 //! with `None`, never: each region keeps its founders' first shares of every quota (a fixed
-//! split, in proportion to its founders), a joiner is given shares only by its own region,
-//! and a gateway that leaves hands its shares to its own region (to another only when none
+//! split, in proportion to its founders), a joiner is given shares only by its own region
+//! (in a region with no founder, none), and a gateway that leaves hands its shares to its own region (to another only when none
 //! of its own is live). What comes back along the books (a gift returned, a restart
 //! settled) goes back to the region it came from.
 //!

@@ -1959,14 +1959,15 @@ impl Node {
             if j == self.me || self.round.saturating_sub(self.heard_round[j]) <= after {
                 continue;
             }
-            let even = self
-                .slots
-                .iter()
-                .all(|(slot, state)| state.even_with(&slot.quota, j, now, n));
             let Some(membership) = &self.membership else {
                 return;
             };
-            if even && !membership.is_live(self.members[j]) {
+            if !membership.is_live(self.members[j])
+                && self
+                    .slots
+                    .iter()
+                    .all(|(slot, state)| state.even_with(&slot.quota, j, now, n))
+            {
                 self.remove_member(j);
             }
         }
