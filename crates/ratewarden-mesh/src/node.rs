@@ -89,7 +89,9 @@ pub struct Config {
     /// split between regions follows demand more slowly than within one; `None`: never, each
     /// region keeps its founders' first shares of every quota (a fixed split; a joiner is
     /// given shares by gateways of its region only). A gateway hands what it holds to
-    /// another region only when it leaves and no member of its own region is live.
+    /// another region only when it leaves and no member of its own region is live. Every
+    /// gateway of a mesh must be given the same value: nothing checks it, and a region that
+    /// never gives across still takes what others give it.
     pub region_rounds: Option<u32>,
     pub(crate) sealer: Option<Sealer>,
 }
@@ -1230,6 +1232,7 @@ impl Node {
         if live.is_empty() {
             return;
         }
+        let near_live = live.iter().any(|&i| self.regions[i] == region);
         for (slot, state) in &mut self.slots {
             let Bucket::Share(bucket) = &mut state.bucket else {
                 continue;
@@ -1251,13 +1254,17 @@ impl Node {
                 state.given[peer].share += part;
                 state.given[peer].tokens += tokens;
             }
-            // The rest to this region's gateways, or others' if none of its own is live.
+            // The rest to this region's gateways, or others' if none of its own is live (one
+            // live that has not made the key yet will, hearing this gateway left).
             let near: Vec<usize> = live
                 .iter()
                 .copied()
                 .filter(|&i| self.regions[i] == region)
                 .collect();
-            let heirs = if near.is_empty() { &live } else { &near };
+            let heirs = if near_live { &near } else { &live };
+            if heirs.is_empty() {
+                continue;
+            }
             let rest = bucket.share();
             let each = rest / heirs.len() as u64;
             for (k, &peer) in heirs.iter().enumerate() {
@@ -1696,6 +1703,11 @@ impl Node {
         match self.incarnations[from] {
             Some(known) if datagram.incarnation < known => {
                 self.dropped.stale += 1;
+                // Each side may hold the other above a run it forgot: the one told it is
+                // known above its own moves above, or neither would hear the other again.
+                if datagram.to_incarnation > self.config.incarnation {
+                    self.move_above(datagram.to_incarnation, now);
+                }
                 return Ok(());
             }
             Some(known) if datagram.incarnation > known && mode == Mode::Escrow => {
@@ -2068,14 +2080,21 @@ impl Node {
             .replace(now)
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
         let (n, founders) = (self.members.len(), self.founders);
-        let gone = self.gone();
-        // Shares go to gateways of this region, and of others every `region_rounds`.
+        // Shares go to gateways of this region, and of others every `region_rounds`; under a
+        // fixed split, parts are reckoned within the region (others' are not its to give).
         let region = Some(self.config.region);
         let across = self
             .config
             .region_rounds
             .is_some_and(|every| round.is_multiple_of(u64::from(every.max(1))));
+        let fixed = self.config.region_rounds.is_none();
         let regions = &self.regions;
+        let gone: Vec<bool> = self
+            .gone()
+            .into_iter()
+            .enumerate()
+            .map(|(i, gone)| gone || (fixed && i != me && regions[i] != region))
+            .collect();
         for (slot, state) in &mut self.slots {
             // Lapsed holds pin no share.
             state.lapse(now);

@@ -880,3 +880,25 @@ fn sides_apart_long_enough_to_forget_each_other_meet_again_within_the_quota() {
     assert!(held <= 1_000_000, "the members hold {held} millionths");
     assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
 }
+
+#[test]
+fn a_founder_and_a_joiner_that_forgot_each_other_hear_each_other_again() {
+    let quota: Quota = "600/min burst 600".parse().unwrap();
+    let key = Key::from("k");
+    let mut mesh = Mesh::founded(&[1, 2], Mode::Escrow);
+    mesh.nodes
+        .insert(3, Node::join(3, &[2], config(Mode::Escrow)));
+    mesh.rounds_until(200, |m| (1..=3).all(|id| m.live(id) == [1, 2, 3]));
+    let mut admitted = Vec::new();
+    // 3 is given a share by 2 while 1 is cut off: 2 and 3 keep each other, 1 and 3 do not.
+    mesh.cut = vec![1];
+    mesh.rounds_asking(300, &[3], (&key, &quota), &mut admitted);
+    mesh.cut = vec![3];
+    mesh.rounds(FORGOTTEN_AFTER + 100);
+    assert_eq!(mesh.sorted_members(1), [1, 2]);
+    mesh.cut.clear();
+    mesh.rounds_until(3_000, |m| m.live(1) == [1, 2, 3] && m.live(3) == [1, 2, 3]);
+    let held = mesh.held(&[1, 2, 3], &key, &quota);
+    assert!(held <= 1_000_000, "the members hold {held} millionths");
+    assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
+}

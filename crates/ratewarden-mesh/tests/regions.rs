@@ -156,3 +156,39 @@ fn a_leaver_hands_its_share_to_its_own_region() {
     assert_eq!(held(&nodes, &[2, 3], &key, &quota), region_1);
     assert_eq!(held(&nodes, &[1], &key, &quota), 1_000_000 - region_1);
 }
+
+#[test]
+fn a_leaver_under_a_fixed_split_waits_for_its_region_rather_than_hand_across() {
+    let (key, quota): (Key, Quota) = (Key::from("k"), "600/min burst 600".parse().unwrap());
+    // Gateway 1 (region 0) never makes the key before gateway 0 leaves.
+    let mut nodes = founded(&[0, 0, 1], None);
+    for r in 1..=50 {
+        let asks: &[usize] = if r % 10 == 0 { &[0, 2] } else { &[] };
+        round(&mut nodes, r, asks, (&key, &quota), |_, _| false);
+    }
+    nodes[0].leave(Timestamp::from_micros(51 * INTERVAL));
+    for r in 51..=150 {
+        round(&mut nodes, r, &[], (&key, &quota), |_, _| false);
+    }
+    assert!(nodes[0].parted());
+    assert!(
+        held(&nodes, &[2], &key, &quota) <= 333_334,
+        "region 1 took more"
+    );
+    assert!(held(&nodes, &[1], &key, &quota) >= 666_666);
+}
+
+#[test]
+fn under_a_fixed_split_an_idle_gateway_gives_its_share_to_its_region() {
+    let (key, quota): (Key, Quota) = (Key::from("k"), "600/min burst 600".parse().unwrap());
+    let mut nodes = founded(&[0, 0, 1], None);
+    for r in 1..=1_200 {
+        round(&mut nodes, r, &[0, 2], (&key, &quota), |_, _| false);
+    }
+    assert!(
+        held(&nodes, &[1], &key, &quota) < 10_000,
+        "the idle gateway keeps {}",
+        held(&nodes, &[1], &key, &quota)
+    );
+    assert!(held(&nodes, &[2], &key, &quota) <= 333_334);
+}
