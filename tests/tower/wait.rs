@@ -151,7 +151,14 @@ async fn a_hundred_thousand_attempts_beyond_what_may_wait_are_refused_at_once() 
             waiting.len()
         );
     }
-    assert!(refused >= 99_990, "{refused} refused");
+    // All but the burst, the 3 that may wait and what refilled while the loop ran (slow on a
+    // loaded machine) are refused.
+    let refilled = (start.elapsed() + Duration::from_millis(50)).as_secs();
+    assert!(
+        refused >= 100_000 - 4 - refilled - 1,
+        "{refused} refused in {:?}",
+        start.elapsed()
+    );
     drop(waiting);
 }
 
