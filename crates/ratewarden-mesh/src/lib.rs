@@ -135,9 +135,9 @@
 //! - **Escrow**, with a region cut off: each side spends only the shares it holds, so
 //!   **over the quota: never**, in any interval, throughout the partition and after it.
 //!   **Unused**: what the side cut off holds beyond its demand, until the heal (the
-//!   simulator: 3 regions of 4 gateways, one cut off for 30 s of 60, 0.88-0.95 of one
+//!   simulator: 3 regions of 4 gateways, one cut off for 30 s of 60, 0.86-0.95 of one
 //!   exact limiter). A fixed split leaves a region's share unused where its demand is
-//!   below it (demand on one region of three: 0.32-0.36 of one exact limiter, against
+//!   below it (demand on one region of three: 0.31-0.36 of one exact limiter, against
 //!   0.87-0.95 with shares moved every 10 rounds).
 //! - **Eventual** does not use regions: each side of a partition counts only its own
 //!   admissions and what it heard before, so **each side admits at most the whole quota**
