@@ -272,7 +272,12 @@
 //!   every peer as they settle with it, so nothing its run sent before is taken again; it is
 //!   heard a round later. SWIM still asks a forgotten gateway it took for dead, now and
 //!   then, to let this one in, so the sides of a partition long enough for each to forget
-//!   the other's joiners meet again (each gateway forgotten then moves above once).
+//!   the other's joiners meet again (each gateway forgotten then moves above once). SWIM
+//!   holds a forgotten gateway as dead for a day, so its datagrams heard again (a replay)
+//!   do not let it in. One this gateway never took (withheld on the way and sent later), or
+//!   one sent to a gateway restarted since, may let it in until SWIM finds it dead and it is
+//!   forgotten again, about a minute: it carries no counts, but takes a place under
+//!   [`Config::max_members`] meanwhile.
 //! - **Keys at rest are forgotten.** Each gateway holds the keys the fleet uses, up to
 //!   [`Config::max_slots`]; past it a new key is refused with [`Full`] (the store answers
 //!   `OutOfMemory`, handled by the layer's failure mode). Each round visits 256 slots and

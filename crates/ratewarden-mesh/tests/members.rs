@@ -30,6 +30,9 @@ struct Mesh {
     apart: Vec<(NodeId, NodeId)>,
     /// Gateways whose SWIM datagrams are lost (their gossip arrives).
     swim_lost: Vec<NodeId>,
+    /// Gateways whose datagrams are recorded as they are sent (in `recorded`).
+    taped: Vec<NodeId>,
+    recorded: Vec<(NodeId, ratewarden_mesh::Outgoing)>,
     round: u64,
 }
 
@@ -48,6 +51,8 @@ impl Mesh {
             cut: Vec::new(),
             apart: Vec::new(),
             swim_lost: Vec::new(),
+            taped: Vec::new(),
+            recorded: Vec::new(),
             round: 0,
         }
     }
@@ -73,6 +78,9 @@ impl Mesh {
     /// Delivers datagrams (sender, datagram) that get through.
     fn deliver(&mut self, now: Timestamp, out: Vec<(NodeId, ratewarden_mesh::Outgoing)>) {
         for (from, datagram) in out {
+            if self.taped.contains(&from) {
+                self.recorded.push((from, datagram.clone()));
+            }
             let to = datagram.to;
             if self.cut.contains(&from)
                 || self.cut.contains(&to)
@@ -901,4 +909,38 @@ fn a_founder_and_a_joiner_that_forgot_each_other_hear_each_other_again() {
     let held = mesh.held(&[1, 2, 3], &key, &quota);
     assert!(held <= 1_000_000, "the members hold {held} millionths");
     assert_never_over(&admitted, 600.0, 600.0 / 60_000_000.0);
+}
+
+#[test]
+fn swim_datagrams_of_a_forgotten_joiner_replayed_do_not_let_it_in_again() {
+    let mut mesh = Mesh::founded(&[1, 2], Mode::Escrow);
+    mesh.nodes
+        .insert(3, Node::join(3, &[1], config(Mode::Escrow)));
+    mesh.taped.push(3);
+    mesh.rounds_until(200, |m| (1..=3).all(|id| m.live(id) == [1, 2, 3]));
+    mesh.rounds(100);
+    let taped: Vec<(NodeId, ratewarden_mesh::Outgoing)> = std::mem::take(&mut mesh.recorded)
+        .into_iter()
+        .filter(|(_, o)| is_swim(&o.bytes))
+        .collect();
+    assert!(taped.len() > 10, "3 sent {} SWIM datagrams", taped.len());
+    // It dies holding nothing, and is forgotten.
+    mesh.cut.push(3);
+    mesh.rounds(FORGOTTEN_AFTER);
+    for id in [1, 2] {
+        assert_eq!(mesh.sorted_members(id), [1, 2]);
+    }
+    // Someone on the network sends what it sent again: SWIM holds it as dead.
+    mesh.cut.clear();
+    let now = mesh.now();
+    mesh.deliver(now, taped);
+    mesh.cut.push(3);
+    mesh.rounds(20);
+    for id in [1, 2] {
+        assert_eq!(
+            mesh.sorted_members(id),
+            [1, 2],
+            "a replay let the forgotten joiner in again"
+        );
+    }
 }
