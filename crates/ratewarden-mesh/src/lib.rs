@@ -130,7 +130,9 @@
 //! split, in proportion to its founders), a joiner is given shares only by its own region
 //! (in a region with no founder, none), and a gateway that leaves hands its shares to its own region (to another only when none
 //! of its own is live). What comes back along the books (a gift returned, a restart
-//! settled) goes back to the region it came from.
+//! settled) goes back to the region it came from. Every gateway should be given the same
+//! `region_rounds`; a gateway that keeps a fixed split says so in each datagram's head and
+//! is given nothing across regions, so a mesh given a mix drains no region into another.
 //!
 //! - **Escrow**, with a region cut off: each side spends only the shares it holds, so
 //!   **over the quota: never**, in any interval, throughout the partition and after it.

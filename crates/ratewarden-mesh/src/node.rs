@@ -89,9 +89,10 @@ pub struct Config {
     /// split between regions follows demand more slowly than within one; `None`: never, each
     /// region keeps its founders' first shares of every quota (a fixed split; a joiner is
     /// given shares by gateways of its region only). A gateway hands what it holds to
-    /// another region only when it leaves and no member of its own region is live. Every
-    /// gateway of a mesh must be given the same value: nothing checks it, and a region that
-    /// never gives across still takes what others give it.
+    /// another region only when it leaves and no member of its own region is live. Give
+    /// every gateway of a mesh the same value. A gateway that keeps a fixed split says so in
+    /// its datagrams and is given nothing across regions, so a mix drains no region into
+    /// another; gateways given different numbers each move shares across at their own pace.
     pub region_rounds: Option<u32>,
     pub(crate) sealer: Option<Sealer>,
 }
@@ -303,6 +304,8 @@ pub struct Node {
     heard_round: Vec<u64>,
     /// Each member's region, once heard from (this gateway's own from the start).
     regions: Vec<Option<u16>>,
+    /// Whether each member keeps a fixed split between regions, as it last said.
+    fixed_splits: Vec<bool>,
     /// The highest incarnation of the members forgotten ([`Node::forget_gone`]), and the
     /// highest sequence number sent one (or a gateway not a member): a member added later is
     /// held above them, so that nothing a forgotten run sent is taken, and it is sent no
@@ -668,6 +671,9 @@ impl Node {
             heard: vec![None; n],
             heard_round: vec![0; n],
             regions: (0..n).map(|i| (i == me).then_some(config.region)).collect(),
+            fixed_splits: (0..n)
+                .map(|i| i == me && config.region_rounds.is_none())
+                .collect(),
             forgotten_run: None,
             forgotten_sequence: 0,
             forgotten: VecDeque::new(),
@@ -1132,6 +1138,7 @@ impl Node {
             .push(self.forgotten_run.map(|run| run.saturating_add(1)));
         self.heard.push(None);
         self.regions.push(None);
+        self.fixed_splits.push(false);
         // Not taken as gone before it could have been heard from.
         self.heard_round.push(self.round);
         for state in self.slots.values_mut() {
@@ -1560,6 +1567,7 @@ impl Node {
                 escrow: self.config.mode == Mode::Escrow,
                 left: self.left,
                 region: self.config.region,
+                fixed_split: self.config.region_rounds.is_none(),
                 ..Datagram::default()
             })
             .collect();
@@ -1744,6 +1752,7 @@ impl Node {
         self.heard[from] = Some(now);
         self.heard_round[from] = self.round;
         self.regions[from] = Some(datagram.region);
+        self.fixed_splits[from] = datagram.fixed_split;
         let (relay, members) = (self.relay_rounds, self.members.len());
         // Transfers and acknowledgements meant for this gateway's incarnation before are void.
         let for_me = datagram.to_incarnation == self.config.incarnation;
@@ -2009,6 +2018,7 @@ impl Node {
         self.heard.remove(j);
         self.heard_round.remove(j);
         self.regions.remove(j);
+        self.fixed_splits.remove(j);
         if self.me > j {
             self.me -= 1;
         }
@@ -2080,20 +2090,22 @@ impl Node {
             .replace(now)
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
         let (n, founders) = (self.members.len(), self.founders);
-        // Shares go to gateways of this region, and of others every `region_rounds`; under a
-        // fixed split, parts are reckoned within the region (others' are not its to give).
+        // Shares go to gateways of this region, and of others every `region_rounds`. A
+        // gateway of another region with which either side keeps a fixed split is given
+        // nothing (it would give nothing back), and parts are reckoned without it.
         let region = Some(self.config.region);
         let across = self
             .config
             .region_rounds
             .is_some_and(|every| round.is_multiple_of(u64::from(every.max(1))));
-        let fixed = self.config.region_rounds.is_none();
-        let regions = &self.regions;
+        let (regions, fixed_splits) = (&self.regions, &self.fixed_splits);
         let gone: Vec<bool> = self
             .gone()
             .into_iter()
             .enumerate()
-            .map(|(i, gone)| gone || (fixed && i != me && regions[i] != region))
+            .map(|(i, gone)| {
+                gone || (i != me && regions[i] != region && (fixed_splits[me] || fixed_splits[i]))
+            })
             .collect();
         for (slot, state) in &mut self.slots {
             // Lapsed holds pin no share.
@@ -2175,7 +2187,9 @@ impl Node {
             // Only to members whose life of the slot is known (heard in their entries).
             let lives = &state.lives;
             let needs: Vec<(usize, u64)> = (0..n)
-                .filter(|&i| i != me && lives[i] != 0 && (across || regions[i] == region))
+                .filter(|&i| {
+                    i != me && !gone[i] && lives[i] != 0 && (across || regions[i] == region)
+                })
                 .map(|i| (i, target[i].saturating_sub(share_of(i, &views[i]))))
                 .filter(|&(_, need)| need > 0)
                 .collect();

@@ -15,11 +15,13 @@ use ratewarden_core::{Algorithm, Key, KeyRepr, MAX_KEY_LEN, Quota};
 /// A gateway's id in the mesh.
 pub type NodeId = u64;
 
-const MAGIC: &[u8; 4] = b"RWM5";
+const MAGIC: &[u8; 4] = b"RWM6";
 /// A head flag: the sender runs escrow.
 const ESCROW: u8 = 1;
 /// A head flag: the sender left the mesh.
 const LEFT: u8 = 2;
+/// A head flag: the sender keeps a fixed split between regions.
+const FIXED_SPLIT: u8 = 4;
 
 /// One key under one quota, checked or reserved: what the mesh keeps state for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -134,6 +136,10 @@ pub struct Datagram {
     pub left: bool,
     /// The sender's region ([`Config::region`](crate::Config::region)).
     pub region: u16,
+    /// Whether the sender keeps a fixed split between regions
+    /// ([`Config::region_rounds`](crate::Config::region_rounds) is `None`): it gives no
+    /// share across regions, and is given none.
+    pub fixed_split: bool,
     /// Entries, any origin's.
     pub entries: Vec<Entry>,
     /// The sender's transfers to the receiver.
@@ -216,9 +222,10 @@ impl Datagram {
             ..Self::default()
         };
         match r.take(1)?[0] {
-            flags if flags & !(ESCROW | LEFT) == 0 => {
+            flags if flags & !(ESCROW | LEFT | FIXED_SPLIT) == 0 => {
                 datagram.escrow = flags & ESCROW != 0;
                 datagram.left = flags & LEFT != 0;
+                datagram.fixed_split = flags & FIXED_SPLIT != 0;
             }
             _ => return Err(WireError::Invalid),
         }
@@ -326,6 +333,9 @@ impl Writer {
         }
         if datagram.left {
             flags |= LEFT;
+        }
+        if datagram.fixed_split {
+            flags |= FIXED_SPLIT;
         }
         head.push(flags);
         head.extend_from_slice(&datagram.region.to_le_bytes());
@@ -497,6 +507,7 @@ mod tests {
             escrow: true,
             left: true,
             region: 3,
+            fixed_split: true,
             entries: (0..40)
                 .map(|i| Entry {
                     slot: Slot {
@@ -536,12 +547,13 @@ mod tests {
             escrow: true,
             left: true,
             region: 3,
+            fixed_split: true,
             ..Datagram::default()
         };
         for part in &parts {
             assert!(part.len() <= 500, "{}", part.len());
             let d = Datagram::decode(part).expect("decodes");
-            assert!(d.escrow && d.left && d.region == 3);
+            assert!(d.escrow && d.left && d.region == 3 && d.fixed_split);
             joined.entries.extend(d.entries);
             joined.transfers.extend(d.transfers);
             joined.acks.extend(d.acks);

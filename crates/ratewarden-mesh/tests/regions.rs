@@ -11,10 +11,15 @@ const INTERVAL: u64 = 100_000;
 /// Founders `1..=regions.len()`, gateway `i + 1` in region `regions[i]`, moving shares across
 /// regions every `region_rounds`.
 fn founded(regions: &[u16], region_rounds: Option<u32>) -> Vec<Node> {
+    founded_each(regions, &vec![region_rounds; regions.len()])
+}
+
+/// As [`founded`], gateway `i + 1` moving shares across regions every `region_rounds[i]`.
+fn founded_each(regions: &[u16], region_rounds: &[Option<u32>]) -> Vec<Node> {
     let ids: Vec<u64> = (1..=regions.len() as u64).collect();
     ids.iter()
-        .zip(regions)
-        .map(|(&id, &region)| {
+        .zip(regions.iter().zip(region_rounds))
+        .map(|(&id, (&region, &region_rounds))| {
             let mut config = Config::new(Mode::Escrow);
             config.region = region;
             config.region_rounds = region_rounds;
@@ -191,4 +196,28 @@ fn under_a_fixed_split_an_idle_gateway_gives_its_share_to_its_region() {
         held(&nodes, &[1], &key, &quota)
     );
     assert!(held(&nodes, &[2], &key, &quota) <= 333_334);
+}
+
+#[test]
+fn a_region_that_keeps_a_fixed_split_is_given_nothing_across_by_one_that_does_not() {
+    let (key, quota): (Key, Quota) = (Key::from("k"), "600/min burst 600".parse().unwrap());
+    // Region 0 was given `None`, region 1 `Some(10)`: region 0 never gives across, so
+    // region 1 gives it nothing either, or what it gave would never come back.
+    let mut nodes = founded_each(&[0, 0, 1, 1], &[None, None, Some(10), Some(10)]);
+    let mut admitted = 0;
+    for r in 1..=600 {
+        admitted += round(&mut nodes, r, &[0], (&key, &quota), |_, _| false);
+        assert_eq!(
+            held(&nodes, &[2, 3], &key, &quota),
+            500_000,
+            "round {r}: region 1 gave its share to a region that gives nothing back"
+        );
+    }
+    assert!(admitted >= 300 + 250, "{admitted} admitted");
+    // Demand moves to region 1, which still holds its half.
+    let mut by_region_1 = 0;
+    for r in 601..=1_200 {
+        by_region_1 += round(&mut nodes, r, &[2], (&key, &quota), |_, _| false);
+    }
+    assert!(by_region_1 >= 300 + 250, "region 1 admitted {by_region_1}");
 }
