@@ -2091,20 +2091,20 @@ impl Node {
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
         let (n, founders) = (self.members.len(), self.founders);
         // Shares go to gateways of this region, and of others every `region_rounds`. A
-        // gateway of another region with which either side keeps a fixed split is given
-        // nothing (it would give nothing back), and parts are reckoned without it.
+        // gateway of another region with which either side keeps a fixed split is apart, as
+        // one gone is: given nothing (it would give nothing back), parts reckoned without it.
+        // What comes back along the books goes to any live peer.
         let region = Some(self.config.region);
         let across = self
             .config
             .region_rounds
             .is_some_and(|every| round.is_multiple_of(u64::from(every.max(1))));
         let (regions, fixed_splits) = (&self.regions, &self.fixed_splits);
-        let gone: Vec<bool> = self
-            .gone()
-            .into_iter()
-            .enumerate()
-            .map(|(i, gone)| {
-                gone || (i != me && regions[i] != region && (fixed_splits[me] || fixed_splits[i]))
+        let gone = self.gone();
+        let apart: Vec<bool> = (0..n)
+            .map(|i| {
+                gone[i]
+                    || (i != me && regions[i] != region && (fixed_splits[me] || fixed_splits[i]))
             })
             .collect();
         for (slot, state) in &mut self.slots {
@@ -2158,7 +2158,7 @@ impl Node {
             // Shares move only while some gateway refuses, toward each one's max-min fair
             // part of the quota's rate (in whole units of its burst).
             let views = &state.views;
-            if (0..n).all(|i| gone[i] || views[i].c == 0) {
+            if (0..n).all(|i| apart[i] || views[i].c == 0) {
                 if demand == 0 {
                     state.repay(&slot.quota, now, me, &gone);
                 }
@@ -2167,14 +2167,14 @@ impl Node {
             let wants: Vec<u128> = (0..n)
                 .map(|i| {
                     let v = &views[i];
-                    if gone[i] {
+                    if apart[i] {
                         0
                     } else {
                         u128::from(v.a.min(capacity))
                     }
                 })
                 .collect();
-            let parts = fair_parts(&wants, &gone, u128::from(capacity));
+            let parts = fair_parts(&wants, &apart, u128::from(capacity));
             let target = in_units(&parts, slot.quota.burst());
             // Half of what it holds above its part a round, so that shares settle rather than
             // swing; and at least a unit's share, so that a part of whole units is reached.
@@ -2187,9 +2187,7 @@ impl Node {
             // Only to members whose life of the slot is known (heard in their entries).
             let lives = &state.lives;
             let needs: Vec<(usize, u64)> = (0..n)
-                .filter(|&i| {
-                    i != me && !gone[i] && lives[i] != 0 && (across || regions[i] == region)
-                })
+                .filter(|&i| i != me && lives[i] != 0 && (across || regions[i] == region))
                 .map(|i| (i, target[i].saturating_sub(share_of(i, &views[i]))))
                 .filter(|&(_, need)| need > 0)
                 .collect();
