@@ -2138,7 +2138,15 @@ impl Node {
             } else {
                 (state.demand, state.pressure)
             };
-            if demand != own.a || share != own.b || pressure != own.c || own.version == 0 {
+            // Demand is told again once it moved by more than a quarter, or to or from zero:
+            // it decays for a minute or more after a key is used, and telling each step
+            // would gossip every key used lately every round.
+            let demand_moved = if demand == 0 || own.a == 0 {
+                demand != own.a
+            } else {
+                demand.abs_diff(own.a) > demand.max(own.a) / 4
+            };
+            if demand_moved || share != own.b || pressure != own.c || own.version == 0 {
                 state.views[me] = View {
                     // Above every version an incarnation before could have sent.
                     version: incarnation.saturating_add(round),

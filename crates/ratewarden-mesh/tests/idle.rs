@@ -340,3 +340,24 @@ fn unsealed_a_count_heard_again_late_after_its_key_was_forgotten_over_charges_it
         "charged 4 once"
     );
 }
+
+/// Escrow: a key's demand decays for a minute or more after it is used; a gateway tells it
+/// again only once it moved by more than a quarter (or to zero), so a thousand keys used
+/// once are not gossiped every round meanwhile (about 170,000 bytes a round if they were;
+/// the repair's 64 entries a round alone are about 11,000).
+#[test]
+fn keys_used_once_are_not_gossiped_every_round_while_their_demand_decays() {
+    let quota: Quota = "100/min burst 100".parse().unwrap();
+    let mut nodes = founders(100_000);
+    for k in 0..1_000_u64 {
+        assert_eq!(
+            admitted(&mut nodes[0], INTERVAL, &Key::from(k), &quota, 1),
+            1
+        );
+    }
+    let now = rounds(&mut nodes, 0, 50 * INTERVAL);
+    let before = nodes[0].sent().bytes;
+    rounds(&mut nodes, now, now + 300 * INTERVAL);
+    let a_round = (nodes[0].sent().bytes - before) / 300;
+    assert!(a_round < 30_000, "{a_round} bytes a round");
+}
