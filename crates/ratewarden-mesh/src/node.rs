@@ -3,6 +3,7 @@
 //! socket or a random source of its own (its random peer choices come from a seed).
 
 use hashbrown::HashMap;
+use hashbrown::hash_map;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -1107,11 +1108,7 @@ impl Node {
 
     /// How many gateways may hold shares: the members, or as many as may join.
     fn share_holders(&self) -> usize {
-        if self.config.discover {
-            self.config.max_members.max(self.members.len())
-        } else {
-            self.members.len()
-        }
+        share_holders(&self.config, self.members.len())
     }
 
     /// Member `id`'s index, the member added (holding no share) if it is new and there is
@@ -1489,13 +1486,8 @@ impl Node {
     }
 
     fn fresh(&self, quota: &Quota, now: u64) -> Bucket {
-        match self.config.mode {
-            Mode::Eventual => Bucket::Owing(OwingBucket::full(quota, now)),
-            Mode::Escrow => {
-                let share = self.first_share(self.me);
-                Bucket::Share(ShareBucket::full(quota, share, now, self.share_holders()))
-            }
-        }
+        let share = self.first_share(self.me);
+        fresh_bucket(self.config.mode, quota, now, share, self.share_holders())
     }
 
     /// Units of `key` under `quota` this gateway knows were admitted across the mesh (eventual
@@ -2036,42 +2028,52 @@ impl Node {
 
     /// The slot's state, made if new and there is room.
     fn state(&mut self, slot: Slot, now: u64) -> Option<&mut State> {
-        if !self.slots.contains_key(&slot) {
-            if self.slots.len() >= self.config.max_slots {
-                return None;
+        // The slot is hashed once: a check of a key known is one lookup.
+        let len = self.slots.len();
+        match self.slots.entry(slot) {
+            hash_map::Entry::Occupied(entry) => Some(entry.into_mut()),
+            hash_map::Entry::Vacant(_) if len >= self.config.max_slots => None,
+            hash_map::Entry::Vacant(entry) => {
+                let n = self.members.len();
+                // What `fresh` makes, from fields borrowed apart from the slots.
+                let share = if self.disowned {
+                    0
+                } else {
+                    first_share(self.me, self.founders)
+                };
+                let holders = share_holders(&self.config, n);
+                let bucket =
+                    fresh_bucket(self.config.mode, &entry.key().quota, now, share, holders);
+                let state = State {
+                    views: vec![View::default(); n],
+                    bucket,
+                    requested: 0,
+                    refused: 0,
+                    demand: 0,
+                    pressure: 0,
+                    // Later than any life before it, this run's or (incarnations growing faster
+                    // than slots are made) a run's before.
+                    life: self
+                        .config
+                        .incarnation
+                        .saturating_add(self.made)
+                        .saturating_add(1),
+                    lives: vec![0; n],
+                    given: vec![Given::default(); n],
+                    received: vec![(0, 0); n],
+                    ack_due: vec![false; n],
+                    debt: 0,
+                    // A ticket of a slot forgotten since finds no hold of this one.
+                    holds: Holds {
+                        round: self.made << 32,
+                        ..Holds::default()
+                    },
+                };
+                self.made += 1;
+                self.order.push(entry.key().clone());
+                Some(entry.insert(state))
             }
-            let n = self.members.len();
-            let bucket = self.fresh(&slot.quota, now);
-            let state = State {
-                views: vec![View::default(); n],
-                bucket,
-                requested: 0,
-                refused: 0,
-                demand: 0,
-                pressure: 0,
-                // Later than any life before it, this run's or (incarnations growing faster
-                // than slots are made) a run's before.
-                life: self
-                    .config
-                    .incarnation
-                    .saturating_add(self.made)
-                    .saturating_add(1),
-                lives: vec![0; n],
-                given: vec![Given::default(); n],
-                received: vec![(0, 0); n],
-                ack_due: vec![false; n],
-                debt: 0,
-                // A ticket of a slot forgotten since finds no hold of this one.
-                holds: Holds {
-                    round: self.made << 32,
-                    ..Holds::default()
-                },
-            };
-            self.made += 1;
-            self.order.push(slot.clone());
-            self.slots.insert(slot.clone(), state);
         }
-        self.slots.get_mut(&slot)
     }
 
     /// Escrow: each slot's demand is updated and, while some gateway refuses, one that
@@ -2323,6 +2325,25 @@ const FAST: u64 = 4;
 fn ewma(average: u64, units: u64, rounds: u64) -> u64 {
     let sum = u128::from(average) * u128::from(rounds - 1) + u128::from(units) * 1_000;
     u64::try_from(sum / u128::from(rounds)).unwrap_or(u64::MAX)
+}
+
+/// A fresh state's bucket in `mode` at `now`, holding `share` of the quota (escrow) of as
+/// many as `holders` may hold.
+fn fresh_bucket(mode: Mode, quota: &Quota, now: u64, share: u64, holders: usize) -> Bucket {
+    match mode {
+        Mode::Eventual => Bucket::Owing(OwingBucket::full(quota, now)),
+        Mode::Escrow => Bucket::Share(ShareBucket::full(quota, share, now, holders)),
+    }
+}
+
+/// How many gateways may hold shares under `config` with `members` members: the members, or
+/// as many as may join.
+fn share_holders(config: &Config, members: usize) -> usize {
+    if config.discover {
+        config.max_members.max(members)
+    } else {
+        members
+    }
 }
 
 /// Member `i`'s share of a quota no one has moved yet, in a mesh of `founders`: equal parts
