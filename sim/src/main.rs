@@ -1,8 +1,9 @@
 //! Runs the mesh's grids and prints their tables (BENCHMARKS.md).
 //!
-//! `cargo run --release -p ratewarden-sim [TRACES] [TABLE]`: 1,000 runs a cell by default,
-//! every table unless one of `claims`, `bytes`, `grids`, `windows`, `held`, `convergence` or
-//! `regions` is named.
+//! `cargo run --release -p ratewarden-sim [TRACES] [TABLE] [MODE]`: 1,000 runs a cell by
+//! default, every table unless one of `claims`, `bytes`, `rounds`, `grids`, `windows`,
+//! `held`, `convergence` or `regions` is named; the grids and the windows in both modes
+//! unless `escrow` or `eventual` is.
 
 use ratewarden_core::{Algorithm, Key, Quota, Timestamp};
 use ratewarden_mesh::{Config, Mode, Node};
@@ -15,6 +16,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let traces = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000);
     let only = args.next();
+    let modes: Vec<Mode> = match args.next().as_deref() {
+        Some("escrow") => vec![Mode::Escrow],
+        Some("eventual") => vec![Mode::Eventual],
+        _ => vec![Mode::Escrow, Mode::Eventual],
+    };
     let wanted = |table: &str| only.as_deref().is_none_or(|only| only == table);
     if wanted("claims") {
         claims(traces.min(100));
@@ -22,11 +28,14 @@ fn main() {
     if wanted("bytes") {
         bytes_by_keys();
     }
+    if wanted("rounds") {
+        round_time_by_slots();
+    }
     if wanted("grids") {
-        grids(traces);
+        grids(traces, &modes);
     }
     if wanted("windows") {
-        windows(traces);
+        windows(traces, &modes);
     }
     if wanted("held") {
         held_demand(traces.min(20));
@@ -39,8 +48,8 @@ fn main() {
     }
 }
 
-fn grids(traces: usize) {
-    for mode in [Mode::Escrow, Mode::Eventual] {
+fn grids(traces: usize, modes: &[Mode]) {
+    for &mode in modes {
         println!("\n{mode:?}, quota 100/min (burst 100), 20 s runs, {traces} runs a cell\n");
         println!(
             "| N | interval | loss | worst excess | mean excess | runs over bound | longest delay D | admitted / exact limiter | worst shortfall | bytes a gateway a round |"
@@ -76,7 +85,7 @@ fn grids(traces: usize) {
     }
 }
 
-fn windows(traces: usize) {
+fn windows(traces: usize, modes: &[Mode]) {
     println!(
         "\nThe window algorithms, quota 100 per 10 s, 20 s runs, gossip every 100 ms, clocks in step, {traces} runs a cell\n"
     );
@@ -85,7 +94,7 @@ fn windows(traces: usize) {
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
-        for mode in [Mode::Escrow, Mode::Eventual] {
+        for &mode in modes {
             for n in [3, 10, 32] {
                 for loss in [0.0, 0.05] {
                     let s = cell(Cell {
@@ -404,6 +413,77 @@ fn bytes_by_keys() {
                 "| {mode:?} | {k} | {bytes:.0} | {:.1} | {:.0} |",
                 (after.1 - before.1) as f64 / per,
                 bytes / k as f64
+            );
+        }
+    }
+}
+
+/// How long a round (`Node::tick`) takes on one gateway by slots it holds: in `MeshStore`
+/// the node's lock is held meanwhile, so a check waits as long. 4 gateways; each of
+/// `slots` keys is admitted once under a quota that keeps it from resting (8 an hour), then
+/// `changed` keys are checked a round (wall-clock time of this machine, 20 rounds after 30).
+fn round_time_by_slots() {
+    println!(
+        "\nTime a round takes on one gateway, 4 gateways, by slots held and keys changed a round\n"
+    );
+    println!(
+        "| mode | slots held | keys changed a round | mean | worst | per slot held | bytes it sends a round |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let held: Quota = "8/hour burst 8".parse().expect("a quota");
+    let busy = quota();
+    let n = 4_usize;
+    for mode in [Mode::Eventual, Mode::Escrow] {
+        for (slots, changed) in [
+            (1_000_u64, 100_u64),
+            (10_000, 100),
+            (100_000, 100),
+            (10_000, 10_000),
+        ] {
+            let ids: Vec<u64> = (1..=n as u64).collect();
+            let mut nodes: Vec<Node> = ids
+                .iter()
+                .map(|&id| {
+                    let mut config = Config::new(mode);
+                    config.max_slots = 200_000;
+                    Node::new(id, &ids, config)
+                })
+                .collect();
+            let (warm, measured) = (30_u64, 20_u64);
+            let mut times = Vec::new();
+            let mut sent_before = 0;
+            for round in 0..warm + measured {
+                let now = Timestamp::from_micros(round * 100_000);
+                if round == warm {
+                    sent_before = nodes[0].sent().bytes;
+                }
+                if round == 0 {
+                    for key in 0..slots {
+                        let _ = nodes[0].check(now, &Key::from(key), &held, 1);
+                    }
+                }
+                for key in 0..changed {
+                    let _ = nodes[0].check(now, &Key::from(u64::MAX - key), &busy, 1);
+                }
+                let mut out = Vec::new();
+                for (i, node) in nodes.iter_mut().enumerate() {
+                    let started = std::time::Instant::now();
+                    out.extend(node.tick(now));
+                    if i == 0 && round >= warm {
+                        times.push(started.elapsed().as_secs_f64() * 1e6);
+                    }
+                }
+                for o in out {
+                    let to = usize::try_from(o.to - 1).unwrap_or(0);
+                    let _ = nodes[to].receive(now, &o.bytes);
+                }
+            }
+            let mean = times.iter().sum::<f64>() / times.len() as f64;
+            let worst = times.iter().copied().fold(0.0, f64::max);
+            println!(
+                "| {mode:?} | {slots} | {changed} | {mean:.0} µs | {worst:.0} µs | {:.0} ns | {} |",
+                mean * 1e3 / slots as f64,
+                (nodes[0].sent().bytes - sent_before) / measured
             );
         }
     }
