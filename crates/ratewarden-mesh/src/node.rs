@@ -2140,10 +2140,13 @@ impl Node {
             } else {
                 (state.demand, state.pressure)
             };
-            // Demand is told again once it moved by more than a quarter, or to or from zero:
-            // it decays for a minute or more after a key is used, and telling each step
-            // would gossip every key used lately every round.
-            let demand_moved = if demand == 0 || own.a == 0 {
+            // While no gateway refuses, demand moves no share: it is told again once it moved
+            // by more than a quarter, or to or from zero (it decays for a minute or more after
+            // a key is used, and telling each step would gossip every key used lately every
+            // round). While one refuses, it is told as it is.
+            let refusing =
+                pressure != 0 || (0..n).any(|i| i != me && !apart[i] && state.views[i].c != 0);
+            let demand_moved = if refusing || demand == 0 || own.a == 0 {
                 demand != own.a
             } else {
                 demand.abs_diff(own.a) > demand.max(own.a) / 4

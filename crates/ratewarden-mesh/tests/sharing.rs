@@ -168,3 +168,27 @@ fn a_part_of_one_unit_admits_one_unit() {
     // 4 minutes at 12 a second: an exact limiter admits 2,880 and the burst.
     assert!(admitted >= 2_880 * 8 / 10, "{admitted} admitted");
 }
+
+/// `per_10` units over ten rounds, spread evenly (round `round`'s part).
+fn spread(per_10: u64, round: u64) -> u32 {
+    u32::try_from(per_10 * (round % 10 + 1) / 10 - per_10 * (round % 10) / 10).unwrap()
+}
+
+/// Two gateways asking 30/s each slow to 23/s (less than a quarter lower) while a third asks
+/// for more than the whole rate: their demand is told as it is while a peer refuses, so their
+/// shares follow it down and the third is given what they no longer use.
+#[test]
+fn demand_lowered_by_less_than_a_quarter_is_told_while_a_peer_refuses() {
+    let quota: Quota = "100/s burst 100".parse().unwrap();
+    let (counts, _) = drive(3, &quota, 100_000, 1_800, 600, |round, i, _| {
+        match (i, round) {
+            (2, _) => 10,
+            (_, ..600) => 3,
+            (_, _) => spread(23, round),
+        }
+    });
+    let admitted: u64 = counts.iter().map(|c| c.0).sum();
+    // One exact limiter admits 100/s over the last 120 s.
+    assert!(admitted >= 11_640, "{admitted} of 12,000 admitted");
+    assert!(admitted <= 12_000 + 100, "{admitted} admitted");
+}
