@@ -130,9 +130,10 @@
 //! split, in proportion to its founders), a joiner is given shares only by its own region
 //! (in a region with no founder, none), and a gateway that leaves hands its shares to its own region (to another only when none
 //! of its own is live). What comes back along the books (a gift returned, a restart
-//! settled) goes back to the region it came from. Every gateway should be given the same
-//! `region_rounds`; a gateway that keeps a fixed split says so in each datagram's head and
-//! is given nothing across regions, so a mesh given a mix drains no region into another.
+//! settled) goes back to the region it came from. Under a fixed split a region's fair parts
+//! are reckoned on what it holds. Every gateway should be given the same `region_rounds`; a
+//! gateway that keeps a fixed split says so in each datagram's head, and every gateway that
+//! hears one live keeps one too, so a mesh given a mix drains no region into another.
 //!
 //! - **Escrow**, with a region cut off: each side spends only the shares it holds, so
 //!   **over the quota: never**, in any interval, throughout the partition and after it.
@@ -140,7 +141,7 @@
 //!   simulator: 3 regions of 4 gateways, one cut off for 30 s of 60, 0.86-0.95 of one
 //!   exact limiter). A fixed split leaves a region's share unused where its demand is
 //!   below it (demand on one region of three: 0.31-0.36 of one exact limiter, against
-//!   0.87-0.95 with shares moved every 10 rounds).
+//!   0.87-0.94 with shares moved every 10 rounds).
 //! - **Eventual** does not use regions: each side of a partition counts only its own
 //!   admissions and what it heard before, so **each side admits at most the whole quota**
 //!   (plus its own bound, for its own `N` and `D`) while cut off, and every gateway has
@@ -186,6 +187,17 @@
 //!
 //! SWIM's traffic is counted apart from the gossip's ([`Sent::membership_bytes`]): a probe
 //! and its answer each second or so, and a few datagrams on each change of membership.
+//!
+//! # What a round costs
+//!
+//! A check never waits on the network, but it waits for the node: [`MeshStore`] holds one
+//! lock over it, and each round ([`Node::tick`], every [`Config::interval`]) visits every
+//! slot held, at 120-300 ns a slot on a 2-core machine. So a gateway holding 10,000 keys
+//! pauses its checks for about a millisecond a round, and one holding 100,000 (the default
+//! [`Config::max_slots`]) for 13-40 ms; keys changed a round add about a µs each in eventual
+//! mode and 2-3 µs in escrow mode (BENCHMARKS.md, "A round's time"). Where such a pause
+//! matters, keep `max_slots` near the keys a gateway sees within a few minutes (keys at
+//! rest are forgotten, below).
 //!
 //! # What the bounds assume
 //!

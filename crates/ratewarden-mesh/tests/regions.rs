@@ -221,3 +221,96 @@ fn a_region_that_keeps_a_fixed_split_is_given_nothing_across_by_one_that_does_no
     }
     assert!(by_region_1 >= 300 + 250, "region 1 admitted {by_region_1}");
 }
+
+/// `per_10` units over ten rounds, spread evenly (round `round`'s part).
+fn spread(per_10: u32, round: u64) -> usize {
+    let r = u32::try_from(round % 10).unwrap();
+    ((per_10 * (r + 1)) / 10 - (per_10 * r) / 10) as usize
+}
+
+/// Round `round` with gateway `i` asking `asks[i]` units; answers each gateway's admitted.
+fn round_asking(
+    nodes: &mut [Node],
+    round: u64,
+    asks: &[usize],
+    demand: (&Key, &Quota),
+) -> Vec<u64> {
+    let now = Timestamp::from_micros(round * INTERVAL);
+    let admitted = asks
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            (0..n)
+                .map(|_| {
+                    u64::from(
+                        nodes[i]
+                            .check(now, demand.0, demand.1, 1)
+                            .unwrap()
+                            .is_allowed(),
+                    )
+                })
+                .sum()
+        })
+        .collect();
+    let out: Vec<_> = (0..nodes.len()).flat_map(|i| nodes[i].tick(now)).collect();
+    for datagram in out {
+        let to = usize::try_from(datagram.to - 1).unwrap();
+        nodes[to].receive(now, &datagram.bytes).unwrap();
+    }
+    admitted
+}
+
+#[test]
+fn one_gateway_that_keeps_a_fixed_split_makes_every_gateway_keep_one() {
+    let (key, quota): (Key, Quota) = (Key::from("k"), "100/s burst 100".parse().unwrap());
+    // Only gateway 0 was given `None`: its region-mate 1 must not pass what 0 gives it to
+    // region 1, where 0 could never ask it back.
+    let mut nodes = founded_each(&[0, 0, 1, 1], &[None, Some(10), Some(10), Some(10)]);
+    let mut r = 0;
+    for _ in 0..900 {
+        r += 1;
+        let asking = if r <= 300 {
+            [0, 20, 0, 0]
+        } else {
+            [0, 0, 20, 0]
+        };
+        round_asking(&mut nodes, r, &asking, (&key, &quota));
+        assert_eq!(
+            held(&nodes, &[0, 1], &key, &quota),
+            500_000,
+            "round {r}: region 0's half went across"
+        );
+    }
+    let mut by_0 = 0;
+    for _ in 0..1_200 {
+        r += 1;
+        by_0 += round_asking(&mut nodes, r, &[20, 0, spread(10, r), 0], (&key, &quota))[0];
+    }
+    // Region 0's half of two minutes at 100/s, less what 1 keeps of it.
+    assert!(by_0 >= 5_500, "gateway 0 admitted {by_0}");
+}
+
+#[test]
+fn under_a_fixed_split_a_region_s_parts_are_reckoned_on_what_it_holds() {
+    let (key, quota): (Key, Quota) = (Key::from("k"), "100/s burst 100".parse().unwrap());
+    let mut nodes = founded(&[0, 0, 1, 1], None);
+    let (mut admitted, mut r) = (0, 0);
+    // Region 0 holds half the quota (50/s); gateway 0 asks 45/s and 1 asks 10/s: 1 gives 0
+    // what it does not use.
+    for _ in 0..1_200 {
+        r += 1;
+        let got = round_asking(
+            &mut nodes,
+            r,
+            &[spread(45, r), spread(10, r), 0, 0],
+            (&key, &quota),
+        );
+        if r > 600 {
+            admitted += got[0] + got[1];
+        }
+    }
+    assert!(
+        admitted >= 2_850,
+        "region 0 admitted {admitted} of its 3,000"
+    );
+}
