@@ -92,10 +92,11 @@ pub struct Config {
     /// given shares by gateways of its region only). A gateway hands what it holds to
     /// another region only when it leaves and no member of its own region is live. Give
     /// every gateway of a mesh the same value. A gateway that keeps a fixed split says so in
-    /// its datagrams, and every gateway that hears one live keeps a fixed split too, so a
-    /// mix drains no region into another. Gateways given different numbers each move shares
-    /// across at their own pace: one given a far larger number holds what it was given from
-    /// another region that much longer (`Some(u32::MAX)`, for good).
+    /// its datagrams, and gateways of other regions give it nothing (it would give nothing
+    /// back); what it gives a region-mate that does not keep one may still go across.
+    /// Gateways given different numbers each move shares across at their own pace: one
+    /// given a far larger number holds what it was given from another region that much
+    /// longer (`Some(u32::MAX)`, for good).
     pub region_rounds: Option<u32>,
     pub(crate) sealer: Option<Sealer>,
 }
@@ -2094,23 +2095,25 @@ impl Node {
             .replace(now)
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
         let (n, founders) = (self.members.len(), self.founders);
-        // Shares go to gateways of this region, and of others every `region_rounds`. Once
-        // any live gateway keeps a fixed split, every gateway keeps one (or a region-mate
-        // could pass across what it was given by one that never asks across): gateways of
-        // other regions are apart, as gone ones are, given nothing, and parts are reckoned
-        // on what the region holds. What comes back along the books goes to any live peer.
+        // Shares go to gateways of this region, and of others every `region_rounds`. A
+        // gateway of another region with which either side keeps a fixed split is apart, as
+        // one gone is: given nothing (it would give nothing back), and parts are reckoned on
+        // what the gateways not apart hold. What comes back along the books goes to any
+        // live peer.
         let region = Some(self.config.region);
+        let across = self
+            .config
+            .region_rounds
+            .is_some_and(|every| round.is_multiple_of(u64::from(every.max(1))));
+        let (regions, fixed_splits) = (&self.regions, &self.fixed_splits);
         let gone = self.gone();
-        let fixed = (0..n).any(|i| self.fixed_splits[i] && (i == me || !gone[i]));
-        let across = !fixed
-            && self
-                .config
-                .region_rounds
-                .is_some_and(|every| round.is_multiple_of(u64::from(every.max(1))));
-        let regions = &self.regions;
         let apart: Vec<bool> = (0..n)
-            .map(|i| gone[i] || (fixed && i != me && regions[i] != region))
+            .map(|i| {
+                gone[i]
+                    || (i != me && regions[i] != region && (fixed_splits[me] || fixed_splits[i]))
+            })
             .collect();
+        let split = (0..n).any(|i| apart[i] && !gone[i]);
         for (slot, state) in &mut self.slots {
             // Lapsed holds pin no share.
             state.lapse(now);
@@ -2189,8 +2192,8 @@ impl Node {
                     }
                 })
                 .collect();
-            // Under a fixed split, the region's parts are of what it holds.
-            let pool = if fixed {
+            // Under a fixed split, the parts are of what the gateways not apart hold.
+            let pool = if split {
                 (0..n)
                     .filter(|&i| !apart[i])
                     .map(|i| share_of(i, &views[i]))
@@ -2288,7 +2291,8 @@ fn fair_parts(wants: &[u128], gone: &[bool], capacity: u128) -> Vec<u128> {
 fn in_units(parts: &[u128], burst: u32, pool: u64) -> Vec<u64> {
     let total = parts.iter().sum::<u128>().max(1);
     let burst = u128::from(burst.max(1));
-    let units_in_pool = burst * u128::from(pool.min(WHOLE)) / u128::from(WHOLE);
+    // Rounded up: a part of a unit left over is some gateway's to ask for.
+    let units_in_pool = (burst * u128::from(pool.min(WHOLE))).div_ceil(u128::from(WHOLE));
     let mut units: Vec<u128> = parts.iter().map(|&p| p * units_in_pool / total).collect();
     let left = units_in_pool.saturating_sub(units.iter().sum());
     let mut order: Vec<usize> = (0..parts.len()).filter(|&i| parts[i] > 0).collect();

@@ -261,33 +261,47 @@ fn round_asking(
 }
 
 #[test]
-fn one_gateway_that_keeps_a_fixed_split_makes_every_gateway_keep_one() {
+fn a_gateway_restarted_with_a_fixed_split_leaves_the_others_moving_shares_across() {
     let (key, quota): (Key, Quota) = (Key::from("k"), "100/s burst 100".parse().unwrap());
-    // Only gateway 0 was given `None`: its region-mate 1 must not pass what 0 gives it to
-    // region 1, where 0 could never ask it back.
-    let mut nodes = founded_each(&[0, 0, 1, 1], &[None, Some(10), Some(10), Some(10)]);
+    let mut nodes = founded(&[0, 0, 1, 1], Some(10));
     let mut r = 0;
-    for _ in 0..900 {
+    // Demand on region 0 draws region 1's shares across.
+    for _ in 0..600 {
         r += 1;
-        let asking = if r <= 300 {
-            [0, 20, 0, 0]
-        } else {
-            [0, 0, 20, 0]
-        };
-        round_asking(&mut nodes, r, &asking, (&key, &quota));
-        assert_eq!(
-            held(&nodes, &[0, 1], &key, &quota),
-            500_000,
-            "round {r}: region 0's half went across"
-        );
+        round_asking(&mut nodes, r, &[20, 0, 0, 0], (&key, &quota));
     }
-    let mut by_0 = 0;
+    // Gateway 3 comes back keeping a fixed split: demand moves to region 1, and region 0,
+    // idle, still gives back across to gateway 2.
+    let mut config = Config::new(Mode::Escrow);
+    config.region = 1;
+    config.region_rounds = None;
+    config.incarnation = 1 << 40;
+    nodes[3] = Node::new(4, &[1, 2, 3, 4], config);
+    let mut by_region_1 = 0;
     for _ in 0..1_200 {
         r += 1;
-        by_0 += round_asking(&mut nodes, r, &[20, 0, spread(10, r), 0], (&key, &quota))[0];
+        by_region_1 += round_asking(&mut nodes, r, &[0, 0, 20, 20], (&key, &quota))[2..]
+            .iter()
+            .sum::<u64>();
     }
-    // Region 0's half of two minutes at 100/s, less what 1 keeps of it.
-    assert!(by_0 >= 5_500, "gateway 0 admitted {by_0}");
+    // One exact limiter admits about 12,000 in the two minutes.
+    assert!(by_region_1 >= 10_000, "region 1 admitted {by_region_1}");
+}
+
+#[test]
+fn under_a_fixed_split_a_part_of_a_unit_left_over_is_handed_on() {
+    // A burst of 3 over two regions: region 0 holds a unit and a half.
+    let (key, quota): (Key, Quota) = (Key::from("k"), "300/min burst 3".parse().unwrap());
+    let mut nodes = founded(&[0, 0, 1, 1], None);
+    let mut by_0 = 0;
+    for r in 1..=1_200 {
+        let got = round_asking(&mut nodes, r, &[2, 0, 0, 0], (&key, &quota));
+        if r > 600 {
+            by_0 += got[0];
+        }
+    }
+    // Region 0's half of 5/s over the last minute.
+    assert!(by_0 >= 140, "gateway 0 admitted {by_0} of its region's 150");
 }
 
 #[test]
