@@ -132,16 +132,17 @@
 //! of its own is live). What comes back along the books (a gift returned, a restart
 //! settled) goes back to the region it came from. Under a fixed split a region's fair parts
 //! are reckoned on what it holds. Every gateway should be given the same `region_rounds`; a
-//! gateway that keeps a fixed split says so in each datagram's head, and every gateway that
-//! hears one live keeps one too, so a mesh given a mix drains no region into another.
+//! gateway that keeps a fixed split says so in each datagram's head and gateways of other
+//! regions give it nothing, so it is not drained of what they gave it (what it gives a
+//! region-mate that does not keep one may still go across).
 //!
 //! - **Escrow**, with a region cut off: each side spends only the shares it holds, so
 //!   **over the quota: never**, in any interval, throughout the partition and after it.
 //!   **Unused**: what the side cut off holds beyond its demand, until the heal (the
-//!   simulator: 3 regions of 4 gateways, one cut off for 30 s of 60, 0.86-0.95 of one
+//!   simulator: 3 regions of 4 gateways, one cut off for 30 s of 60, 0.87-0.95 of one
 //!   exact limiter). A fixed split leaves a region's share unused where its demand is
 //!   below it (demand on one region of three: 0.31-0.36 of one exact limiter, against
-//!   0.87-0.94 with shares moved every 10 rounds).
+//!   0.87-0.95 with shares moved every 10 rounds).
 //! - **Eventual** does not use regions: each side of a partition counts only its own
 //!   admissions and what it heard before, so **each side admits at most the whole quota**
 //!   (plus its own bound, for its own `N` and `D`) while cut off, and every gateway has
