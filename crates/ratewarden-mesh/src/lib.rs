@@ -193,9 +193,9 @@
 //!
 //! A check never waits on the network, but it waits for the node: [`MeshStore`] holds one
 //! lock over it, and each round ([`Node::tick`], every [`Config::interval`]) visits every
-//! slot held, at 120-300 ns a slot on a 2-core machine. So a gateway holding 10,000 keys
-//! pauses its checks for about a millisecond a round, and one holding 100,000 (the default
-//! [`Config::max_slots`]) for 13-40 ms; keys changed a round add about a µs each in eventual
+//! slot held, at 120-430 ns a slot on a 2-core machine. So a gateway holding 10,000 keys
+//! pauses its checks for 1-3 ms a round, and one holding 100,000 (the default
+//! [`Config::max_slots`]) for 13-60 ms; keys changed a round add about a µs each in eventual
 //! mode and 2-3 µs in escrow mode (BENCHMARKS.md, "A round's time"). Where such a pause
 //! matters, keep `max_slots` near the keys a gateway sees within a few minutes (keys at
 //! rest are forgotten, below).
