@@ -196,7 +196,7 @@
 //! slot held, at 120-430 ns a slot on a 2-core machine. So a gateway holding 10,000 keys
 //! pauses its checks for 1-3 ms a round, and one holding 100,000 (the default
 //! [`Config::max_slots`]) for 13-60 ms; keys changed a round add about a µs each in eventual
-//! mode and 2-3 µs in escrow mode (BENCHMARKS.md, "A round's time"). Where such a pause
+//! mode and 2-4 µs in escrow mode (BENCHMARKS.md, "A round's time"). Where such a pause
 //! matters, keep `max_slots` near the keys a gateway sees within a few minutes (keys at
 //! rest are forgotten, below).
 //!
