@@ -34,16 +34,35 @@ fn round(
     nodes: &mut [Node],
     round: u64,
     asking: &[usize],
-    (key, quota): (&Key, &Quota),
+    demand: (&Key, &Quota),
     cut: impl Fn(usize, usize) -> bool,
 ) -> u64 {
-    let now = Timestamp::from_micros(round * INTERVAL);
-    let mut admitted = 0;
+    let mut asks = vec![0; nodes.len()];
     for &i in asking {
-        for _ in 0..10 {
-            admitted += u64::from(nodes[i].check(now, key, quota, 1).unwrap().is_allowed());
-        }
+        asks[i] = 10;
     }
+    exchange(nodes, round, &asks, demand, cut).iter().sum()
+}
+
+/// Round `round`: gateway `i` is asked `asks[i]` units, then every gateway ticks, and what it
+/// sends arrives unless `cut(from, to)`. Answers each gateway's units admitted.
+fn exchange(
+    nodes: &mut [Node],
+    round: u64,
+    asks: &[usize],
+    (key, quota): (&Key, &Quota),
+    cut: impl Fn(usize, usize) -> bool,
+) -> Vec<u64> {
+    let now = Timestamp::from_micros(round * INTERVAL);
+    let admitted = asks
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            (0..n)
+                .map(|_| u64::from(nodes[i].check(now, key, quota, 1).unwrap().is_allowed()))
+                .sum()
+        })
+        .collect();
     let out: Vec<_> = (0..nodes.len())
         .flat_map(|i| nodes[i].tick(now).into_iter().map(move |o| (i, o)))
         .collect();
@@ -228,36 +247,14 @@ fn spread(per_10: u32, round: u64) -> usize {
     ((per_10 * (r + 1)) / 10 - (per_10 * r) / 10) as usize
 }
 
-/// Round `round` with gateway `i` asking `asks[i]` units; answers each gateway's admitted.
+/// [`exchange`] with every datagram arriving.
 fn round_asking(
     nodes: &mut [Node],
     round: u64,
     asks: &[usize],
     demand: (&Key, &Quota),
 ) -> Vec<u64> {
-    let now = Timestamp::from_micros(round * INTERVAL);
-    let admitted = asks
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| {
-            (0..n)
-                .map(|_| {
-                    u64::from(
-                        nodes[i]
-                            .check(now, demand.0, demand.1, 1)
-                            .unwrap()
-                            .is_allowed(),
-                    )
-                })
-                .sum()
-        })
-        .collect();
-    let out: Vec<_> = (0..nodes.len()).flat_map(|i| nodes[i].tick(now)).collect();
-    for datagram in out {
-        let to = usize::try_from(datagram.to - 1).unwrap();
-        nodes[to].receive(now, &datagram.bytes).unwrap();
-    }
-    admitted
+    exchange(nodes, round, asks, demand, |_, _| false)
 }
 
 #[test]
