@@ -2149,6 +2149,7 @@ impl Node {
             // by more than a quarter, or to or from zero (it decays for a minute or more after
             // a key is used, and telling each step would gossip every key used lately every
             // round). While one refuses, it is told as it is.
+            // (This gateway's told pressure is `pressure`: it is told again whenever it changes.)
             let refusing =
                 pressure != 0 || (0..n).any(|i| i != me && !apart[i] && state.views[i].c != 0);
             let demand_moved = if refusing || demand == 0 || own.a == 0 {
@@ -2175,13 +2176,13 @@ impl Node {
             };
             // Shares move only while some gateway refuses, toward each one's max-min fair
             // part of the quota's rate (in whole units of its burst).
-            let views = &state.views;
-            if (0..n).all(|i| apart[i] || views[i].c == 0) {
+            if !refusing {
                 if demand == 0 {
                     state.repay(&slot.quota, now, me, &gone);
                 }
                 continue;
             }
+            let views = &state.views;
             let wants: Vec<u128> = (0..n)
                 .map(|i| {
                     let v = &views[i];
