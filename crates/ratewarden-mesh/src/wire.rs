@@ -189,8 +189,10 @@ impl Datagram {
             .map(Record::Entry)
             .chain(self.transfers.iter().map(Record::Transfer))
             .chain(self.acks.iter().map(Record::Ack));
+        // One buffer for every record, written over each time.
+        let mut bytes = Vec::with_capacity(64);
         for record in records {
-            let mut bytes = Vec::with_capacity(64);
+            bytes.clear();
             record.write(&mut bytes);
             if !current.is_empty() && current.len() + bytes.len() > max {
                 out.push(std::mem::replace(&mut current, Writer::new(self)).finish());
