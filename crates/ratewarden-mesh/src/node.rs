@@ -3,7 +3,8 @@
 //! socket or a random source of its own (its random peer choices come from a seed).
 
 use hashbrown::HashMap;
-use hashbrown::hash_map;
+use indexmap::IndexMap;
+use indexmap::map::Entry as SlotEntry;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use ratewarden_core::{
 
 use crate::bucket::{Admit, MICRO, OwingBucket, ShareBucket, WHOLE};
 use crate::membership::{self, Change, Membership};
-use crate::seal::{MIN_SECRET, Sealer, Window};
+use crate::seal::{self, MIN_SECRET, Sealer, Window};
 use crate::window::may_weigh;
 use crate::wire::{Ack, Datagram, Entry, NodeId, Slot, Transfer, WireError};
 
@@ -281,12 +282,13 @@ pub struct Node {
     me: usize,
     config: Config,
     relay_rounds: u8,
-    slots: HashMap<Slot, State, foldhash::fast::RandomState>,
-    /// Slots in the order they were made (save those forgotten since), for the repair
-    /// round robin and the sweep of slots at rest.
-    order: Vec<Slot>,
+    /// The slots, in the order they were made (save those forgotten since): a round visits
+    /// them in turn, and the repair and the sweep of slots at rest take them round robin.
+    slots: IndexMap<Slot, State, foldhash::fast::RandomState>,
     repair_at: usize,
     sweep_at: usize,
+    /// The round under way, while [`Node::advance_round`] has not finished it.
+    under_way: Option<Round>,
     /// Slots made so far: each starts its rounds of holds above any before it.
     made: u64,
     /// The peer the last round reached in turn.
@@ -693,10 +695,10 @@ impl Node {
             disowned: false,
             left: false,
             pending: Vec::new(),
-            slots: HashMap::default(),
-            order: Vec::new(),
+            slots: IndexMap::default(),
             repair_at: 0,
             sweep_at: 0,
+            under_way: None,
             made: 0,
             beat_at: me,
             round: 0,
@@ -1532,23 +1534,202 @@ impl Node {
         }
     }
 
-    /// One gossip round: rebalances escrow shares, and returns the datagrams to send.
+    /// One gossip round: rebalances escrow shares, and returns the datagrams to send. It
+    /// finishes a round [under way](Self::advance_round) first, if one is.
     pub fn tick(&mut self, now: Timestamp) -> Vec<Outgoing> {
+        loop {
+            if let Some(out) = self.advance_round(now, usize::MAX) {
+                return out;
+            }
+        }
+    }
+
+    /// A gossip round done a few slots at a time: visits at most `slots` slots of the round
+    /// under way (starting one if none is), and answers the round's datagrams once it is
+    /// done. A round visits each slot held twice (to rebalance it, then to gossip it), so a
+    /// caller that holds a lock over the node while it calls this, and lets go between
+    /// calls, keeps its checks from waiting on a whole round. [`tick`](Self::tick) does a
+    /// round at once.
+    ///
+    /// Checks, datagrams received and departures may come between the steps: each slot is
+    /// visited as it is at its step, as if the round had come before or after what changed
+    /// it. The round's start (membership, the length of the round, which peers count) and
+    /// its end (the repair, the datagrams) are each done in one step.
+    ///
+    /// ```
+    /// use ratewarden_core::{Key, Quota, Timestamp};
+    /// use ratewarden_mesh::{Config, Mode, Node};
+    /// let mut a = Node::new(1, &[1, 2], Config::new(Mode::Eventual));
+    /// let quota: Quota = "10/s".parse()?;
+    /// let now = Timestamp::from_micros(0);
+    /// for key in ["k1", "k2", "k3"] {
+    ///     a.check(now, &Key::from(key), &quota, 1)?;
+    /// }
+    /// let mut steps = 1;
+    /// let out = loop {
+    ///     if let Some(out) = a.advance_round(now, 1) {
+    ///         break out;
+    ///     }
+    ///     // A check may come between two steps.
+    ///     a.check(now, &Key::from("k1"), &quota, 1)?;
+    ///     steps += 1;
+    /// };
+    /// assert!(steps > 1);
+    /// assert!(!out.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn advance_round(&mut self, now: Timestamp, slots: usize) -> Option<Vec<Outgoing>> {
+        self.advance_round_unsealed(now, slots).map(Unsealed::seal)
+    }
+
+    /// [`advance_round`](Self::advance_round), its datagrams numbered but not yet sealed,
+    /// so that a caller holding a lock over the node seals them after letting go.
+    pub(crate) fn advance_round_unsealed(
+        &mut self,
+        now: Timestamp,
+        slots: usize,
+    ) -> Option<Unsealed> {
         let now = now.as_micros();
+        let mut round = match self.under_way.take() {
+            Some(round) => round,
+            None => self.start_round(now),
+        };
+        let mut budget = slots;
+        if let Some(rebalance) = &round.rebalance {
+            // Escrow: each slot rebalanced (no more once this gateway left).
+            while !self.left {
+                let Some((slot, state)) = self.slots.get_index_mut(round.at) else {
+                    break;
+                };
+                if budget == 0 {
+                    self.under_way = Some(round);
+                    return None;
+                }
+                budget -= 1;
+                state.rebalance(&slot.quota, rebalance, now);
+                round.at += 1;
+            }
+            round.rebalance = None;
+            round.at = 0;
+        }
+        if !round.gossiping {
+            self.sweep(now);
+            self.forget_gone(now);
+            self.choose_peers(&mut round);
+        }
+        // Gossip: what changed lately, any origin's; escrow: transfers until acknowledged,
+        // and acknowledgements, to each peer concerned.
+        // An eventual entry tells how long ago its origin last admitted, on no one's clock.
+        let age = (self.config.mode == Mode::Eventual).then_some(now);
+        while let Some((slot, state)) = self.slots.get_index_mut(round.at) {
+            if budget == 0 {
+                self.under_way = Some(round);
+                return None;
+            }
+            budget -= 1;
+            round.at += 1;
+            for (origin, view) in state.views.iter_mut().enumerate() {
+                if view.hot > 0 {
+                    view.hot -= 1;
+                    let life = life_of(origin, self.me, state.life, &state.lives);
+                    let entry = entry(slot, self.members[origin], view, age, life);
+                    round.gossip.push(entry);
+                }
+            }
+            for (peer, given) in state.given.iter().enumerate() {
+                if given.acked < given.share {
+                    at_least(&mut round.transfers, peer).push(Transfer {
+                        slot: slot.clone(),
+                        from_life: state.life,
+                        to_life: state.lives[peer],
+                        share: given.share,
+                        tokens: given.tokens,
+                    });
+                }
+            }
+            for (peer, due) in state.ack_due.iter_mut().enumerate() {
+                if std::mem::take(due) {
+                    at_least(&mut round.acks, peer).push(Ack {
+                        slot: slot.clone(),
+                        from_life: state.life,
+                        to_life: state.lives[peer],
+                        share: state.received[peer].0,
+                    });
+                }
+            }
+        }
+        Some(self.end_round(round, now))
+    }
+
+    /// A round's start: membership's round, and (escrow) what its rebalancing goes by or
+    /// (once this gateway left) its shares handed on.
+    fn start_round(&mut self, now: u64) -> Round {
         self.round += 1;
         // One that left stays out: SWIM would take it back in.
         if let Some(membership) = self.membership.as_mut().filter(|_| !self.left) {
             membership.tick(now, &self.members);
         }
         self.membership_out(now);
+        let mut rebalance = None;
         if self.left {
             self.part(now);
         } else if self.config.mode == Mode::Escrow {
-            self.rebalance(now);
+            rebalance = Some(self.rebalancing(now));
         }
-        self.sweep(now);
-        self.forget_gone(now);
+        Round {
+            rebalance,
+            at: 0,
+            gossiping: false,
+            peers: Vec::new(),
+            beat: 0,
+            gossip: Vec::new(),
+            transfers: Vec::new(),
+            acks: Vec::new(),
+        }
+    }
+
+    /// Picks the round's peers: `fanout` at random hear what changed lately, and one in
+    /// turn hears that this gateway is alive, so that every member hears from every other
+    /// at least every `n - 1` rounds, whatever the draws.
+    fn choose_peers(&mut self, round: &mut Round) {
         let n = self.members.len();
+        let mut peers: Vec<usize> = (0..n).filter(|&i| i != self.me).collect();
+        self.rng.shuffle(&mut peers);
+        peers.truncate(self.config.fanout);
+        self.beat_at = (self.beat_at + 1) % n;
+        if self.beat_at == self.me {
+            self.beat_at = (self.beat_at + 1) % n;
+        }
+        round.peers = peers;
+        round.beat = self.beat_at;
+        round.gossiping = true;
+        round.at = 0;
+    }
+
+    /// A round's end: the repair, and the datagrams, numbered to be sealed.
+    fn end_round(&mut self, mut round: Round, now: u64) -> Unsealed {
+        let age = (self.config.mode == Mode::Eventual).then_some(now);
+        // Repair: what this gateway knows of a few slots (any origin's entries that are no
+        // longer relayed), round robin, so a view that missed an update or was cut off is
+        // made whole.
+        let mut repaired = 0;
+        for _ in 0..self.slots.len() {
+            if repaired >= self.config.repair_per_round {
+                break;
+            }
+            self.repair_at = (self.repair_at + 1) % self.slots.len();
+            if let Some((slot, state)) = self.slots.get_index(self.repair_at) {
+                for (origin, view) in state.views.iter().enumerate() {
+                    if view.hot == 0 && view.version > 0 {
+                        let life = life_of(origin, self.me, state.life, &state.lives);
+                        round
+                            .gossip
+                            .push(entry(slot, self.members[origin], view, age, life));
+                        repaired += 1;
+                    }
+                }
+            }
+        }
         let mut to: Vec<Datagram> = self
             .members
             .iter()
@@ -1566,98 +1747,45 @@ impl Node {
                 ..Datagram::default()
             })
             .collect();
-        // Gossip: what changed lately, any origin's, to `fanout` peers at random.
-        let mut peers: Vec<usize> = (0..n).filter(|&i| i != self.me).collect();
-        self.rng.shuffle(&mut peers);
-        peers.truncate(self.config.fanout);
-        // And one peer in turn hears that this gateway is alive, so that every member hears
-        // from every other at least every `n - 1` rounds, whatever the draws.
-        self.beat_at = (self.beat_at + 1) % n;
-        if self.beat_at == self.me {
-            self.beat_at = (self.beat_at + 1) % n;
+        for &peer in &round.peers {
+            to[peer].entries.clone_from(&round.gossip);
         }
-        let beat = self.beat_at;
-        // Eventual: an entry tells how long ago its origin last admitted, on no one's clock.
-        let age = (self.config.mode == Mode::Eventual).then_some(now);
-        let mut gossip = Vec::new();
-        for (slot, state) in &mut self.slots {
-            for (origin, view) in state.views.iter_mut().enumerate() {
-                if view.hot > 0 {
-                    view.hot -= 1;
-                    let life = life_of(origin, self.me, state.life, &state.lives);
-                    gossip.push(entry(slot, self.members[origin], view, age, life));
-                }
-            }
+        for (d, transfers) in to.iter_mut().zip(round.transfers) {
+            d.transfers = transfers;
         }
-        // Repair: what this gateway knows of a few slots (any origin's entries that are no
-        // longer relayed), round robin, so a view that missed an update or was cut off is
-        // made whole.
-        let mut repaired = 0;
-        for _ in 0..self.order.len() {
-            if repaired >= self.config.repair_per_round {
-                break;
-            }
-            self.repair_at = (self.repair_at + 1) % self.order.len();
-            let slot = &self.order[self.repair_at];
-            if let Some(state) = self.slots.get(slot) {
-                for (origin, view) in state.views.iter().enumerate() {
-                    if view.hot == 0 && view.version > 0 {
-                        let life = life_of(origin, self.me, state.life, &state.lives);
-                        gossip.push(entry(slot, self.members[origin], view, age, life));
-                        repaired += 1;
-                    }
-                }
-            }
-        }
-        for &peer in &peers {
-            to[peer].entries.clone_from(&gossip);
-        }
-        // Escrow: transfers until acknowledged, and acknowledgements, to each peer concerned.
-        for (slot, state) in &mut self.slots {
-            for (peer, given) in state.given.iter().enumerate() {
-                if given.acked < given.share {
-                    to[peer].transfers.push(Transfer {
-                        slot: slot.clone(),
-                        from_life: state.life,
-                        to_life: state.lives[peer],
-                        share: given.share,
-                        tokens: given.tokens,
-                    });
-                }
-            }
-            for (peer, due) in state.ack_due.iter_mut().enumerate() {
-                if std::mem::take(due) {
-                    to[peer].acks.push(Ack {
-                        slot: slot.clone(),
-                        from_life: state.life,
-                        to_life: state.lives[peer],
-                        share: state.received[peer].0,
-                    });
-                }
-            }
+        for (d, acks) in to.iter_mut().zip(round.acks) {
+            d.acks = acks;
         }
         let max = self.config.max_datagram;
-        let mut out = std::mem::take(&mut self.pending);
-        let swim = out.len();
+        let overhead = if self.config.sealer.is_some() {
+            seal::OVERHEAD
+        } else {
+            0
+        };
+        let mut numbered = Vec::new();
         for (i, d) in to.into_iter().enumerate() {
             // The round's peers, and the one in turn, hear from this gateway even when it
             // has nothing to say (it is alive); others only when it has.
             let empty = d.entries.is_empty() && d.transfers.is_empty() && d.acks.is_empty();
-            if i == self.me || (empty && i != beat && !peers.contains(&i)) {
+            if i == self.me || (empty && i != round.beat && !round.peers.contains(&i)) {
                 continue;
             }
             for bytes in d.encode(max) {
-                let bytes = self.seal(i, &bytes);
-                out.push(Outgoing { to: d.to, bytes });
+                // Sequences run out after 2^64 datagrams; the last is then reused, and peers
+                // drop it as replayed.
+                let sequence = &mut self.sequences[i];
+                *sequence = sequence.saturating_add(1);
+                self.sent.datagrams += 1;
+                self.sent.bytes += (bytes.len() + overhead) as u64;
+                numbered.push((d.to, *sequence, bytes));
             }
         }
         self.sent.rounds += 1;
-        self.sent.datagrams += (out.len() - swim) as u64;
-        self.sent.bytes += out[swim..]
-            .iter()
-            .map(|o| o.bytes.len() as u64)
-            .sum::<u64>();
-        out
+        Unsealed {
+            sealed: std::mem::take(&mut self.pending),
+            numbered,
+            sealer: self.config.sealer.clone(),
+        }
     }
 
     /// Applies a datagram from a peer. Applying one twice, or late, changes nothing.
@@ -1939,19 +2067,17 @@ impl Node {
     /// fresh one is made as it is needed again.
     fn sweep(&mut self, now: u64) {
         let (me, first) = (self.me, self.first_share(self.me));
-        for _ in 0..SWEPT_A_ROUND.min(self.order.len()) {
-            if self.order.is_empty() {
+        for _ in 0..SWEPT_A_ROUND.min(self.slots.len()) {
+            if self.slots.is_empty() {
                 break;
             }
-            self.sweep_at = (self.sweep_at + 1) % self.order.len();
-            let slot = &self.order[self.sweep_at];
+            self.sweep_at = (self.sweep_at + 1) % self.slots.len();
             let rest = self
                 .slots
-                .get_mut(slot)
-                .is_none_or(|state| state.at_rest(&slot.quota, now, me, first, &self.down));
+                .get_index_mut(self.sweep_at)
+                .is_none_or(|(slot, state)| state.at_rest(&slot.quota, now, me, first, &self.down));
             if rest {
-                let slot = self.order.swap_remove(self.sweep_at);
-                self.slots.remove(&slot);
+                self.slots.swap_remove_index(self.sweep_at);
             }
         }
     }
@@ -2034,9 +2160,9 @@ impl Node {
         // The slot is hashed once: a check of a key known is one lookup.
         let len = self.slots.len();
         match self.slots.entry(slot) {
-            hash_map::Entry::Occupied(entry) => Some(entry.into_mut()),
-            hash_map::Entry::Vacant(_) if len >= self.config.max_slots => None,
-            hash_map::Entry::Vacant(entry) => {
+            SlotEntry::Occupied(entry) => Some(entry.into_mut()),
+            SlotEntry::Vacant(_) if len >= self.config.max_slots => None,
+            SlotEntry::Vacant(entry) => {
                 let n = self.members.len();
                 // What `fresh` makes, from fields borrowed apart from the slots.
                 let share = if self.disowned {
@@ -2073,28 +2199,23 @@ impl Node {
                     },
                 };
                 self.made += 1;
-                self.order.push(entry.key().clone());
                 Some(entry.insert(state))
             }
         }
     }
 
-    /// Escrow: each slot's demand is updated and, while some gateway refuses, one that
-    /// holds more than its max-min fair part of the quota's rate (reckoned on every member's
-    /// demand, in whole units of the burst) gives half the difference, at least a unit's
-    /// worth, to those holding less than theirs.
+    /// Escrow: what this round's rebalancing goes by ([`State::rebalance`]).
     ///
     /// A member not heard from for [`Node::quiet_rounds`] is taken as gone: its demand
     /// counts for nothing and it is given nothing (what it holds stays with it).
-    fn rebalance(&mut self, now: u64) {
-        let (me, round, relay) = (self.me, self.round, self.relay_rounds);
-        let incarnation = self.config.incarnation;
+    fn rebalancing(&mut self, now: u64) -> Rebalance {
+        let me = self.me;
         // This round's length, µs (the first: a second): how much its demand weighs.
         let length = self
             .last_round
             .replace(now)
             .map_or(MICRO, |last| now.saturating_sub(last).max(1));
-        let (n, founders) = (self.members.len(), self.founders);
+        let n = self.members.len();
         // Shares go to gateways of this region, and of others every `region_rounds`. A
         // gateway of another region with which either side keeps a fixed split is apart, as
         // one gone is: given nothing (it would give nothing back), and parts are reckoned on
@@ -2104,7 +2225,7 @@ impl Node {
         let across = self
             .config
             .region_rounds
-            .is_some_and(|every| round.is_multiple_of(u64::from(every.max(1))));
+            .is_some_and(|every| self.round.is_multiple_of(u64::from(every.max(1))));
         let (regions, fixed_splits) = (&self.regions, &self.fixed_splits);
         let gone = self.gone();
         let apart: Vec<bool> = (0..n)
@@ -2114,130 +2235,223 @@ impl Node {
             })
             .collect();
         let split = (0..n).any(|i| apart[i] && !gone[i]);
-        for (slot, state) in &mut self.slots {
-            // Lapsed holds pin no share.
-            state.lapse(now);
-            let share = match &state.bucket {
-                Bucket::Share(bucket) => bucket.share(),
-                Bucket::Owing(_) => continue,
-            };
-            // What this gateway asks for: its demand over the long run (an estimate steady
-            // enough that demand spread over some gateways, however sparse, keeps shares
-            // spread over them too; a burst raises it at once), and whether it had to refuse
-            // over the last few rounds (shares move only then).
-            let own = state.views[me];
-            // The quota's rate, in micro-units a second: no one asks for more (a storm of
-            // refused requests asks for the whole rate, no more).
-            let capacity = capacity(&slot.quota);
-            let requested = std::mem::take(&mut state.requested);
-            state.demand =
-                average_rate(state.demand, requested, length, horizon(&slot.quota)).min(capacity);
-            // A thousandth of the rate is none: an idle key's demand settles at 0 (and is
-            // told once) rather than decaying for minutes.
-            if state.demand <= capacity / 1_000 {
-                state.demand = 0;
-            }
-            state.pressure = ewma(state.pressure, std::mem::take(&mut state.refused), FAST);
-            // A gateway in debt asks for the whole rate, as if it refused a unit a round,
-            // until what it owes is repaid.
-            let (demand, pressure) = if state.debt > 0 {
-                (capacity, state.pressure.max(1_000))
-            } else {
-                (state.demand, state.pressure)
-            };
-            // While no gateway refuses, demand moves no share: it is told again once it moved
-            // by more than a quarter, or to or from zero (it decays for a minute or more after
-            // a key is used, and telling each step would gossip every key used lately every
-            // round). While one refuses, it is told as it is.
-            // (This gateway's told pressure is `pressure`: it is told again whenever it changes.)
-            let refusing =
-                pressure != 0 || (0..n).any(|i| i != me && !apart[i] && state.views[i].c != 0);
-            let demand_moved = if refusing || demand == 0 || own.a == 0 {
-                demand != own.a
-            } else {
-                demand.abs_diff(own.a) > demand.max(own.a) / 4
-            };
-            if demand_moved || share != own.b || pressure != own.c || own.version == 0 {
-                state.views[me] = View {
-                    // Above every version an incarnation before could have sent.
-                    version: incarnation.saturating_add(round),
-                    a: demand,
-                    b: share,
-                    c: pressure,
-                    hot: relay,
-                };
-            }
-            let share_of = |i: usize, view: &View| {
-                if view.version == 0 {
-                    first_share(i, founders)
-                } else {
-                    view.b
-                }
-            };
-            // Shares move only while some gateway refuses, toward each one's max-min fair
-            // part of the quota's rate (in whole units of its burst).
-            if !refusing {
-                if demand == 0 {
-                    state.repay(&slot.quota, now, me, &gone);
-                }
-                continue;
-            }
-            let views = &state.views;
-            let wants: Vec<u128> = (0..n)
-                .map(|i| {
-                    let v = &views[i];
-                    if apart[i] {
-                        0
-                    } else {
-                        u128::from(v.a.min(capacity))
-                    }
-                })
-                .collect();
-            // Under a fixed split, the parts are of what the gateways not apart hold.
-            let pool = if split {
-                (0..n)
-                    .filter(|&i| !apart[i])
-                    .map(|i| share_of(i, &views[i]))
-                    .sum::<u64>()
-                    .min(WHOLE)
-            } else {
-                WHOLE
-            };
-            let rate = u128::from(capacity) * u128::from(pool) / u128::from(WHOLE);
-            let parts = fair_parts(&wants, &apart, rate);
-            let target = in_units(&parts, slot.quota.burst(), pool);
-            // Half of what it holds above its part a round, so that shares settle rather than
-            // swing; and at least a unit's share, so that a part of whole units is reached.
-            let unit = (WHOLE / u64::from(slot.quota.burst()).max(1)).max(1);
-            let above = share.saturating_sub(target[me]);
-            if above < WHOLE / 1_000 {
-                continue;
-            }
-            let excess = (above / 2).max(above.min(unit));
-            // Only to members whose life of the slot is known (heard in their entries).
-            let lives = &state.lives;
-            let needs: Vec<(usize, u64)> = (0..n)
-                .filter(|&i| i != me && lives[i] != 0 && (across || regions[i] == region))
-                .map(|i| (i, target[i].saturating_sub(share_of(i, &views[i]))))
-                .filter(|&(_, need)| need > 0)
-                .collect();
-            let total_need: u128 = needs.iter().map(|&(_, need)| u128::from(need)).sum();
-            if total_need == 0 {
-                continue;
-            }
-            let giving = u128::from(excess).min(total_need);
-            let Bucket::Share(bucket) = &mut state.bucket else {
-                continue;
-            };
-            for (peer, need) in needs {
-                let part = u64::try_from(giving * u128::from(need) / total_need).unwrap_or(0);
-                let (part, tokens) = bucket.take(&slot.quota, now, part);
-                let given = &mut state.given[peer];
-                given.share += part;
-                given.tokens += tokens;
-            }
+        Rebalance {
+            me,
+            round: self.round,
+            relay: self.relay_rounds,
+            incarnation: self.config.incarnation,
+            founders: self.founders,
+            length,
+            region,
+            regions: regions.clone(),
+            across,
+            gone,
+            apart,
+            split,
         }
     }
+}
+
+/// Escrow: what a round's rebalancing goes by, read as the round starts: members added
+/// since (beyond `gone`'s length) wait for the next round.
+#[derive(Debug)]
+struct Rebalance {
+    me: usize,
+    round: u64,
+    relay: u8,
+    incarnation: u64,
+    founders: usize,
+    /// The round's length, µs.
+    length: u64,
+    region: Option<u16>,
+    regions: Vec<Option<u16>>,
+    /// Whether shares go to gateways of other regions this round.
+    across: bool,
+    /// Members taken as gone ([`Node::gone`]), and those apart: gone, or of another region
+    /// with which either side keeps a fixed split; `split` if any is apart and not gone.
+    gone: Vec<bool>,
+    apart: Vec<bool>,
+    split: bool,
+}
+
+/// A round's datagrams: SWIM's, sealed as they were made, then the round's, numbered, to
+/// be sealed ([`Node::advance_round_unsealed`]).
+#[derive(Debug)]
+pub(crate) struct Unsealed {
+    sealed: Vec<Outgoing>,
+    numbered: Vec<(NodeId, u64, Vec<u8>)>,
+    sealer: Option<Sealer>,
+}
+
+impl Unsealed {
+    /// The datagrams to send, each sealed under its number.
+    pub(crate) fn seal(self) -> Vec<Outgoing> {
+        let mut out = self.sealed;
+        out.extend(self.numbered.into_iter().map(|(to, sequence, bytes)| {
+            let bytes = match &self.sealer {
+                Some(sealer) => sealer.seal(sequence, &bytes),
+                None => bytes,
+            };
+            Outgoing { to, bytes }
+        }));
+        out
+    }
+}
+
+/// A round under way ([`Node::advance_round`]).
+#[derive(Debug)]
+struct Round {
+    /// Escrow: what the rebalancing goes by, while slots are rebalanced.
+    rebalance: Option<Rebalance>,
+    /// The next slot (by index) the round visits.
+    at: usize,
+    /// Whether slots are swept and the peers picked: slots are gossiped.
+    gossiping: bool,
+    /// The peers that hear what changed, and the one in turn.
+    peers: Vec<usize>,
+    beat: usize,
+    /// Entries for `peers`, and each member's transfers and acknowledgements (by index).
+    gossip: Vec<Entry>,
+    transfers: Vec<Vec<Transfer>>,
+    acks: Vec<Vec<Ack>>,
+}
+
+impl State {
+    /// Escrow: the slot's demand is updated and, while some gateway refuses, one that
+    /// holds more than its max-min fair part of the quota's rate (reckoned on every member's
+    /// demand, in whole units of the burst) gives half the difference, at least a unit's
+    /// worth, to those holding less than theirs.
+    fn rebalance(&mut self, quota: &Quota, r: &Rebalance, now: u64) {
+        let (me, n, apart) = (r.me, r.gone.len(), &r.apart);
+        // Lapsed holds pin no share.
+        self.lapse(now);
+        let share = match &self.bucket {
+            Bucket::Share(bucket) => bucket.share(),
+            Bucket::Owing(_) => return,
+        };
+        // What this gateway asks for: its demand over the long run (an estimate steady
+        // enough that demand spread over some gateways, however sparse, keeps shares
+        // spread over them too; a burst raises it at once), and whether it had to refuse
+        // over the last few rounds (shares move only then).
+        let own = self.views[me];
+        // The quota's rate, in micro-units a second: no one asks for more (a storm of
+        // refused requests asks for the whole rate, no more).
+        let capacity = capacity(quota);
+        let requested = std::mem::take(&mut self.requested);
+        self.demand = average_rate(self.demand, requested, r.length, horizon(quota)).min(capacity);
+        // A thousandth of the rate is none: an idle key's demand settles at 0 (and is
+        // told once) rather than decaying for minutes.
+        if self.demand <= capacity / 1_000 {
+            self.demand = 0;
+        }
+        self.pressure = ewma(self.pressure, std::mem::take(&mut self.refused), FAST);
+        // A gateway in debt asks for the whole rate, as if it refused a unit a round,
+        // until what it owes is repaid.
+        let (demand, pressure) = if self.debt > 0 {
+            (capacity, self.pressure.max(1_000))
+        } else {
+            (self.demand, self.pressure)
+        };
+        // While no gateway refuses, demand moves no share: it is told again once it moved
+        // by more than a quarter, or to or from zero (it decays for a minute or more after
+        // a key is used, and telling each step would gossip every key used lately every
+        // round). While one refuses, it is told as it is.
+        // (This gateway's told pressure is `pressure`: it is told again whenever it changes.)
+        let refusing =
+            pressure != 0 || (0..n).any(|i| i != me && !apart[i] && self.views[i].c != 0);
+        let demand_moved = if refusing || demand == 0 || own.a == 0 {
+            demand != own.a
+        } else {
+            demand.abs_diff(own.a) > demand.max(own.a) / 4
+        };
+        if demand_moved || share != own.b || pressure != own.c || own.version == 0 {
+            self.views[me] = View {
+                // Above every version an incarnation before could have sent.
+                version: r.incarnation.saturating_add(r.round),
+                a: demand,
+                b: share,
+                c: pressure,
+                hot: r.relay,
+            };
+        }
+        let share_of = |i: usize, view: &View| {
+            if view.version == 0 {
+                first_share(i, r.founders)
+            } else {
+                view.b
+            }
+        };
+        // Shares move only while some gateway refuses, toward each one's max-min fair
+        // part of the quota's rate (in whole units of its burst).
+        if !refusing {
+            if demand == 0 {
+                self.repay(quota, now, me, &r.gone);
+            }
+            return;
+        }
+        let views = &self.views;
+        let wants: Vec<u128> = (0..n)
+            .map(|i| {
+                let v = &views[i];
+                if apart[i] {
+                    0
+                } else {
+                    u128::from(v.a.min(capacity))
+                }
+            })
+            .collect();
+        // Under a fixed split, the parts are of what the gateways not apart hold.
+        let pool = if r.split {
+            (0..n)
+                .filter(|&i| !apart[i])
+                .map(|i| share_of(i, &views[i]))
+                .sum::<u64>()
+                .min(WHOLE)
+        } else {
+            WHOLE
+        };
+        let rate = u128::from(capacity) * u128::from(pool) / u128::from(WHOLE);
+        let parts = fair_parts(&wants, apart, rate);
+        let target = in_units(&parts, quota.burst(), pool);
+        // Half of what it holds above its part a round, so that shares settle rather than
+        // swing; and at least a unit's share, so that a part of whole units is reached.
+        let unit = (WHOLE / u64::from(quota.burst()).max(1)).max(1);
+        let above = share.saturating_sub(target[me]);
+        if above < WHOLE / 1_000 {
+            return;
+        }
+        let excess = (above / 2).max(above.min(unit));
+        // Only to members whose life of the slot is known (heard in their entries).
+        let lives = &self.lives;
+        let needs: Vec<(usize, u64)> = (0..n)
+            .filter(|&i| i != me && lives[i] != 0 && (r.across || r.regions[i] == r.region))
+            .map(|i| (i, target[i].saturating_sub(share_of(i, &views[i]))))
+            .filter(|&(_, need)| need > 0)
+            .collect();
+        let total_need: u128 = needs.iter().map(|&(_, need)| u128::from(need)).sum();
+        if total_need == 0 {
+            return;
+        }
+        let giving = u128::from(excess).min(total_need);
+        let Bucket::Share(bucket) = &mut self.bucket else {
+            return;
+        };
+        for (peer, need) in needs {
+            let part = u64::try_from(giving * u128::from(need) / total_need).unwrap_or(0);
+            let (part, tokens) = bucket.take(quota, now, part);
+            let given = &mut self.given[peer];
+            given.share += part;
+            given.tokens += tokens;
+        }
+    }
+}
+
+/// The list at index `i` of `lists`, made (with those before it) if there is none yet.
+fn at_least<T>(lists: &mut Vec<Vec<T>>, i: usize) -> &mut Vec<T> {
+    if lists.len() <= i {
+        lists.resize_with(i + 1, Vec::new);
+    }
+    &mut lists[i]
 }
 
 /// Eventual: how much later than this gateway an entry may place a count's last admission

@@ -8,6 +8,9 @@ use sha2::Sha256;
 /// Bytes of the tag.
 const TAG: usize = 32;
 
+/// Bytes a seal adds: the sequence number and the tag.
+pub(crate) const OVERHEAD: usize = 8 + TAG;
+
 /// The shortest secret accepted, in bytes.
 pub(crate) const MIN_SECRET: usize = 16;
 

@@ -276,6 +276,9 @@ impl Drop for Task {
     }
 }
 
+/// Slots a step of a round visits ([`Node::advance_round`]): tens of µs a step.
+const SLOTS_A_STEP: usize = 256;
+
 /// Receives datagrams and ticks, until aborted.
 async fn gossip(shared: Arc<Shared>) {
     let socket = &shared.socket;
@@ -300,9 +303,18 @@ async fn gossip(shared: Arc<Shared>) {
                 }
             }
             _ = ticks.tick() => {
-                let now = shared.clock.now();
-                let out = shared.node().tick(now);
-                shared.send(out).await;
+                // A round visits every slot held: a few at a time, the lock let go between
+                // steps, so that checks wait on a step, not on the round.
+                // Its datagrams are sealed once the lock is let go.
+                let out = loop {
+                    let now = shared.clock.now();
+                    let step = shared.node().advance_round_unsealed(now, SLOTS_A_STEP);
+                    if let Some(out) = step {
+                        break out;
+                    }
+                    tokio::task::yield_now().await;
+                };
+                shared.send(out.seal()).await;
             }
         }
     }

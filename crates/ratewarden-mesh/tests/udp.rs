@@ -92,6 +92,43 @@ async fn escrow_over_udp_admits_within_the_quota_and_uses_most_of_it() {
     );
 }
 
+/// Gateways holding thousands of keys do each round in steps (`Node::advance_round`), the
+/// lock let go between them: checks sprayed from four tasks at once meanwhile stay within
+/// the quota and use most of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escrow_over_udp_holding_thousands_of_keys_admits_within_the_quota() {
+    let stores = mesh(4, Mode::Escrow).await;
+    until_all_live(&stores).await;
+    // 2,000 keys on each gateway, that come to rest only after hours.
+    let held: Quota = "8/hour burst 8".parse().unwrap();
+    for (i, store) in stores.iter().enumerate() {
+        for k in 0..2_000 {
+            let key = Key::from(format!("held-{i}-{k}"));
+            assert!(store.check(&key, &held, 1).await.unwrap().is_allowed());
+        }
+    }
+    let quota: Quota = "40/s".parse().unwrap();
+    let run = Duration::from_secs(2);
+    let sprays: Vec<_> = stores
+        .iter()
+        .map(|store| {
+            let (store, quota) = (store.clone(), quota);
+            tokio::spawn(async move { spray(&[store], &quota, run).await })
+        })
+        .collect();
+    let mut admitted = 0;
+    for spray in sprays {
+        admitted += spray.await.unwrap();
+    }
+    println!("escrow over udp, 2,000 keys held a gateway: {admitted} admitted");
+    let bound = 40 + 40 * 2 + 4;
+    assert!(admitted <= bound, "{admitted} admitted, bound {bound}");
+    assert!(
+        admitted >= 80,
+        "{admitted} admitted: escrow left most of the quota unused"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eventual_over_udp_stays_within_its_bound() {
     let stores = mesh(4, Mode::Eventual).await;
