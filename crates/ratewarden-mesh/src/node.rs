@@ -16,7 +16,7 @@ use crate::bucket::{Admit, MICRO, OwingBucket, ShareBucket, WHOLE};
 use crate::membership::{self, Change, Membership};
 use crate::seal::{self, MIN_SECRET, Sealer, Window};
 use crate::window::may_weigh;
-use crate::wire::{Ack, Datagram, Entry, NodeId, Slot, Transfer, WireError};
+use crate::wire::{Ack, Datagram, Entry, NodeId, Slot, Transfer, WireError, Written};
 
 /// How gateways share a quota.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -1747,9 +1747,8 @@ impl Node {
                 ..Datagram::default()
             })
             .collect();
-        for &peer in &round.peers {
-            to[peer].entries.clone_from(&round.gossip);
-        }
+        // The gossip, written once for the round's peers.
+        let gossip = Written::entries(&round.gossip);
         for (d, transfers) in to.iter_mut().zip(round.transfers) {
             d.transfers = transfers;
         }
@@ -1766,11 +1765,12 @@ impl Node {
         for (i, d) in to.into_iter().enumerate() {
             // The round's peers, and the one in turn, hear from this gateway even when it
             // has nothing to say (it is alive); others only when it has.
-            let empty = d.entries.is_empty() && d.transfers.is_empty() && d.acks.is_empty();
+            let empty = d.transfers.is_empty() && d.acks.is_empty();
             if i == self.me || (empty && i != round.beat && !round.peers.contains(&i)) {
                 continue;
             }
-            for bytes in d.encode(max) {
+            let written = round.peers.contains(&i).then_some(&gossip);
+            for bytes in d.encode_with(written, max) {
                 // Sequences run out after 2^64 datagrams; the last is then reused, and peers
                 // drop it as replayed.
                 let sequence = &mut self.sequences[i];

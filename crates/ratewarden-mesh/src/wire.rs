@@ -179,10 +179,25 @@ impl Datagram {
     /// larger than `max` goes alone).
     #[must_use]
     pub fn encode(&self, max: usize) -> Vec<Vec<u8>> {
+        self.encode_with(None, max)
+    }
+
+    /// Encodes as [`encode`](Self::encode) does, with `written` entries before its own (as
+    /// if they were the first of its entries).
+    pub(crate) fn encode_with(&self, written: Option<&Written>, max: usize) -> Vec<Vec<u8>> {
         // Under a UDP datagram's size, so no section can count past u16::MAX records.
         let max = max.min(65_000);
         let mut out = Vec::new();
         let mut current = Writer::new(self);
+        let mut place = |section: usize, bytes: &[u8]| {
+            if !current.is_empty() && current.len() + bytes.len() > max {
+                out.push(std::mem::replace(&mut current, Writer::new(self)).finish());
+            }
+            current.push(section, bytes);
+        };
+        for bytes in written.into_iter().flat_map(Written::records) {
+            place(Record::ENTRIES, bytes);
+        }
         let records = self
             .entries
             .iter()
@@ -194,10 +209,7 @@ impl Datagram {
         for record in records {
             bytes.clear();
             record.write(&mut bytes);
-            if !current.is_empty() && current.len() + bytes.len() > max {
-                out.push(std::mem::replace(&mut current, Writer::new(self)).finish());
-            }
-            current.push(record.section(), &bytes);
+            place(record.section(), &bytes);
         }
         if !current.is_empty() || out.is_empty() {
             out.push(current.finish());
@@ -276,10 +288,41 @@ enum Record<'a> {
     Ack(&'a Ack),
 }
 
+/// Entries written once, for every datagram that carries them
+/// ([`Datagram::encode_with`]): a round's gossip goes to several peers.
+#[derive(Debug, Default)]
+pub(crate) struct Written {
+    bytes: Vec<u8>,
+    /// Where each entry's bytes end.
+    ends: Vec<usize>,
+}
+
+impl Written {
+    pub(crate) fn entries(entries: &[Entry]) -> Self {
+        let mut written = Self::default();
+        for entry in entries {
+            Record::Entry(entry).write(&mut written.bytes);
+            written.ends.push(written.bytes.len());
+        }
+        written
+    }
+
+    /// Each entry's bytes.
+    fn records(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, &end)| &self.bytes[start..end])
+    }
+}
+
 impl Record<'_> {
+    /// The section of entries.
+    const ENTRIES: usize = 0;
+
     const fn section(&self) -> usize {
         match self {
-            Self::Entry(_) => 0,
+            Self::Entry(_) => Self::ENTRIES,
             Self::Transfer(_) => 1,
             Self::Ack(_) => 2,
         }
