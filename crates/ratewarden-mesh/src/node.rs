@@ -1544,9 +1544,9 @@ impl Node {
         }
     }
 
-    /// A gossip round done a few slots at a time: visits at most `slots` slots of the round
-    /// under way (starting one if none is), and answers the round's datagrams once it is
-    /// done. A round visits each slot held twice (to rebalance it, then to gossip it), so a
+    /// A gossip round done a few slots at a time: visits at most `slots` slots (one at
+    /// least) of the round under way (starting one if none is), and answers the round's
+    /// datagrams once it is done. A round visits each slot held twice (to rebalance it, then to gossip it), so a
     /// caller that holds a lock over the node while it calls this, and lets go between
     /// calls, keeps its checks from waiting on a whole round. [`tick`](Self::tick) does a
     /// round at once.
@@ -1594,7 +1594,8 @@ impl Node {
             Some(round) => round,
             None => self.start_round(now),
         };
-        let mut budget = slots;
+        // A step visits one slot at least, so that steps always come to the round's end.
+        let mut budget = slots.max(1);
         if let Some(rebalance) = &round.rebalance {
             // Escrow: each slot rebalanced (no more once this gateway left).
             while !self.left {
