@@ -192,13 +192,14 @@
 //! # What a round costs
 //!
 //! A check never waits on the network, but it waits for the node: [`MeshStore`] holds one
-//! lock over it, and each round ([`Node::tick`], every [`Config::interval`]) visits every
-//! slot held, at 120-430 ns a slot on a 2-core machine. So a gateway holding 10,000 keys
-//! pauses its checks for 1-3 ms a round, and one holding 100,000 (the default
-//! [`Config::max_slots`]) for 13-60 ms; keys changed a round add about a µs each in eventual
-//! mode and 2-4 µs in escrow mode (BENCHMARKS.md, "A round's time"). Where such a pause
-//! matters, keep `max_slots` near the keys a gateway sees within a few minutes (keys at
-//! rest are forgotten, below).
+//! lock over it. A round ([`Node::tick`], every [`Config::interval`]) visits every slot
+//! held, twice, at 30-120 ns a slot on a 2-core machine: 3-12 ms a round at the default
+//! [`Config::max_slots`] (100,000). So `MeshStore` does each round in steps of 256 slots
+//! ([`Node::advance_round`]), lets go of the lock between them, and seals the round's
+//! datagrams after: a check waits for one step at most. The last step encodes what changed
+//! and grows with it: 60-260 µs with 100 keys changed a round, 2-10 ms with 10,000
+//! (BENCHMARKS.md, "A round's time"). A few rare events visit every slot in one call: a
+//! member added or forgotten, a peer's restart heard, this gateway leaving.
 //!
 //! # What the bounds assume
 //!

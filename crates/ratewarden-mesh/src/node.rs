@@ -1683,6 +1683,7 @@ impl Node {
             gossiping: false,
             peers: Vec::new(),
             beat: 0,
+            heads: Vec::new(),
             gossip: Vec::new(),
             transfers: Vec::new(),
             acks: Vec::new(),
@@ -1705,33 +1706,7 @@ impl Node {
         round.beat = self.beat_at;
         round.gossiping = true;
         round.at = 0;
-    }
-
-    /// A round's end: the repair, and the datagrams, numbered to be sealed.
-    fn end_round(&mut self, mut round: Round, now: u64) -> Unsealed {
-        let age = (self.config.mode == Mode::Eventual).then_some(now);
-        // Repair: what this gateway knows of a few slots (any origin's entries that are no
-        // longer relayed), round robin, so a view that missed an update or was cut off is
-        // made whole.
-        let mut repaired = 0;
-        for _ in 0..self.slots.len() {
-            if repaired >= self.config.repair_per_round {
-                break;
-            }
-            self.repair_at = (self.repair_at + 1) % self.slots.len();
-            if let Some((slot, state)) = self.slots.get_index(self.repair_at) {
-                for (origin, view) in state.views.iter().enumerate() {
-                    if view.hot == 0 && view.version > 0 {
-                        let life = life_of(origin, self.me, state.life, &state.lives);
-                        round
-                            .gossip
-                            .push(entry(slot, self.members[origin], view, age, life));
-                        repaired += 1;
-                    }
-                }
-            }
-        }
-        let mut to: Vec<Datagram> = self
+        round.heads = self
             .members
             .iter()
             .enumerate()
@@ -1748,6 +1723,53 @@ impl Node {
                 ..Datagram::default()
             })
             .collect();
+    }
+
+    /// A round's end: the repair, and the datagrams, numbered to be sealed.
+    ///
+    /// Their heads are as the gossip began, for what was gathered since is of the runs then
+    /// known: a member's restart heard meanwhile voids what was gathered for its run before,
+    /// and this gateway's own move to a later run ([`Node::move_above`]) all of it, as the
+    /// datagrams of a round before would be (transfers are sent again until acknowledged,
+    /// and acknowledged again as they come).
+    fn end_round(&mut self, mut round: Round, now: u64) -> Unsealed {
+        let mut to = std::mem::take(&mut round.heads);
+        let moved = to
+            .first()
+            .is_some_and(|head| head.incarnation != self.config.incarnation);
+        if moved {
+            round.gossip.clear();
+            round.transfers.clear();
+            round.acks.clear();
+        }
+        for (i, head) in to.iter().enumerate() {
+            if head.to_incarnation != self.incarnations[i].unwrap_or(0) {
+                round.transfers.get_mut(i).map(Vec::clear);
+                round.acks.get_mut(i).map(Vec::clear);
+            }
+        }
+        let age = (self.config.mode == Mode::Eventual).then_some(now);
+        // Repair: what this gateway knows of a few slots (any origin's entries that are no
+        // longer relayed), round robin, so a view that missed an update or was cut off is
+        // made whole.
+        let mut repaired = 0;
+        for _ in 0..self.slots.len() {
+            if moved || repaired >= self.config.repair_per_round {
+                break;
+            }
+            self.repair_at = (self.repair_at + 1) % self.slots.len();
+            if let Some((slot, state)) = self.slots.get_index(self.repair_at) {
+                for (origin, view) in state.views.iter().enumerate() {
+                    if view.hot == 0 && view.version > 0 {
+                        let life = life_of(origin, self.me, state.life, &state.lives);
+                        round
+                            .gossip
+                            .push(entry(slot, self.members[origin], view, age, life));
+                        repaired += 1;
+                    }
+                }
+            }
+        }
         // The gossip, written once for the round's peers.
         let gossip = Written::entries(&round.gossip);
         for (d, transfers) in to.iter_mut().zip(round.transfers) {
@@ -2311,6 +2333,8 @@ struct Round {
     /// The peers that hear what changed, and the one in turn.
     peers: Vec<usize>,
     beat: usize,
+    /// Each member's datagram head, as the gossip began.
+    heads: Vec<Datagram>,
     /// Entries for `peers`, and each member's transfers and acknowledgements (by index).
     gossip: Vec<Entry>,
     transfers: Vec<Vec<Transfer>>,

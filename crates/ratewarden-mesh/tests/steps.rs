@@ -1,6 +1,7 @@
 //! A round done a few slots at a time ([`Node::advance_round`]): with nothing between its
 //! steps it sends what a round done at once sends; with checks, datagrams and a joiner
-//! between its steps, escrow admits within the quota and about what whole rounds admit.
+//! between its steps, escrow admits within the quota and about what whole rounds admit; a
+//! restart heard between its steps voids what the round gathered for the run before.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::HashMap;
@@ -9,6 +10,7 @@ use ratewarden_core::{Key, Quota, Timestamp};
 use ratewarden_mesh::{Config, Mode, Node, NodeId, Outgoing};
 
 const INTERVAL: u64 = 100_000;
+const MS: u64 = 1_000;
 const WHOLE: u64 = 1_000_000;
 /// Turns of checks and datagrams a round, at each gateway ([`sprayed`]).
 const TURNS: u32 = 30;
@@ -174,4 +176,194 @@ fn checks_datagrams_and_a_joiner_between_steps_never_admit_above_the_quota() {
         stepped * 10 >= whole * 9,
         "{stepped} admitted in steps, {whole} in whole rounds"
     );
+}
+
+fn deliver(out: &[Outgoing], to: &mut Node, now: u64) {
+    let id = to.id();
+    for o in out.iter().filter(|o| o.to == id) {
+        to.receive(at(now), &o.bytes).unwrap();
+    }
+}
+
+/// A (id 1) restarted with a lower incarnation (5) than its run before (10), which only B
+/// heard. A gives C shares of key k (C refusing); C's acknowledgements of the last round are
+/// lost, so A resends its transfer. A round of A's is stepped a slot at a time; B's first
+/// datagram to A (carrying to_incarnation 10: A moves above and settles with every peer)
+/// arrives after A's gossip pass gathered k's transfer and before the round's end
+/// (`between`), or after the whole round (control). Then two more whole rounds, all
+/// delivered. Answers (units of k admitted across the fleet, bound burst + rate x time,
+/// shares summed at the end).
+fn move_above_mid_round(between: bool) -> (u64, u64, u64) {
+    let ids: [NodeId; 3] = [1, 2, 3];
+    let quota: Quota = "100/s".parse().unwrap();
+    let k = Key::from("k");
+    let other = Key::from("other");
+    let config = |inc: u64| {
+        let mut c = Config::new(Mode::Escrow);
+        c.incarnation = inc;
+        c
+    };
+    let mut admitted = 0;
+    let mut spray = |n: &mut Node, now: u64, times: usize| {
+        for _ in 0..times {
+            admitted += u64::from(n.check(at(now), &k, &quota, 1).unwrap().is_allowed());
+        }
+    };
+    let mut a_old = Node::new(1, &ids, config(10));
+    let mut b = Node::new(2, &ids, config(10));
+    let mut c = Node::new(3, &ids, config(10));
+    // B hears A's run before (incarnation 10).
+    let mut now = 0;
+    spray(&mut b, now, 200);
+    let out = a_old.tick(at(now));
+    deliver(&out, &mut b, now);
+    drop(a_old);
+    // A restarts, with a lower incarnation (its clock behind).
+    let mut a = Node::new(1, &ids, config(5));
+    // A and C only hear each other for a while; C is refusing on k. C's last round's
+    // datagrams to A (its acknowledgements) are lost.
+    for round in 0..6 {
+        now += 100 * MS;
+        spray(&mut c, now, 200);
+        spray(&mut b, now, 200);
+        let from_c = c.tick(at(now));
+        if round < 5 {
+            deliver(&from_c, &mut a, now);
+        }
+        let from_a = a.tick(at(now));
+        deliver(&from_a, &mut c, now);
+    }
+    // A holds a second slot, so its round has a step boundary after k's gossip.
+    a.check(at(now), &other, &quota, 1).unwrap();
+    now += 100 * MS;
+    spray(&mut c, now, 200);
+    spray(&mut b, now, 200);
+    let from_c = c.tick(at(now));
+    let from_b = b.tick(at(now));
+    assert!(from_b.iter().any(|o| o.to == 1));
+    let mut steps = 0;
+    let out = loop {
+        steps += 1;
+        if let Some(out) = a.advance_round(at(now), 1) {
+            break out;
+        }
+        if between && steps == 3 {
+            deliver(&from_b, &mut a, now);
+        }
+    };
+    if !between {
+        deliver(&from_b, &mut a, now);
+    }
+    deliver(&out, &mut c, now);
+    deliver(&from_c, &mut a, now);
+    let s = |n: &Node| n.share(&k, &quota).unwrap_or(WHOLE / 3);
+    spray(&mut c, now, 200);
+    // Two more rounds, everything delivered.
+    for _ in 0..2 {
+        now += 100 * MS;
+        spray(&mut c, now, 200);
+        spray(&mut b, now, 200);
+        let mut all = Vec::new();
+        for n in [&mut a, &mut b, &mut c] {
+            all.extend(n.tick(at(now)));
+        }
+        for n in [&mut a, &mut b, &mut c] {
+            deliver(&all, n, now);
+        }
+    }
+    let bound = 100 + 100 * now / 1_000_000;
+    (admitted, bound, s(&a) + s(&b) + s(&c))
+}
+
+#[test]
+fn a_restart_below_its_run_before_heard_between_steps_admits_within_the_quota() {
+    for between in [false, true] {
+        let (admitted, bound, _) = move_above_mid_round(between);
+        assert!(
+            admitted <= bound,
+            "between {between}: {admitted} admitted, bound {bound}"
+        );
+    }
+}
+
+/// B (id 2) restarts (incarnation 1 -> 2) while A (id 1) has a transfer of key k to B's run
+/// before unacknowledged. B's run before made "x" then k (k's life 1 + 1 + 1 = 3); the new
+/// run makes k first (life 2 + 0 + 1 = 3). A's round is stepped a slot at a time and B's new
+/// run's first datagram reaches A after A's gossip pass gathered k's transfer (`between`),
+/// or after the whole round (control). Answers the shares of k summed over A and B, for
+/// the five whole rounds after, all delivered.
+fn restart_mid_round(between: bool) -> Vec<u64> {
+    let ids: [NodeId; 2] = [1, 2];
+    let quota: Quota = "100/s".parse().unwrap();
+    let (k, x, other) = (Key::from("k"), Key::from("x"), Key::from("other"));
+    let config = |inc: u64| {
+        let mut c = Config::new(Mode::Escrow);
+        c.incarnation = inc;
+        c
+    };
+    let mut a = Node::new(1, &ids, config(1));
+    let mut b_old = Node::new(2, &ids, config(1));
+    let mut now = 0;
+    b_old.check(at(now), &x, &quota, 1).unwrap();
+    for round in 0..6 {
+        now += 100 * MS;
+        for _ in 0..200 {
+            b_old.check(at(now), &k, &quota, 1).unwrap();
+        }
+        let from_b = b_old.tick(at(now));
+        if round < 5 {
+            deliver(&from_b, &mut a, now); // the last round's acknowledgements are lost
+        }
+        if round == 0 {
+            a.check(at(now), &other, &quota, 1).unwrap(); // k is A's slot 0, "other" 1
+        }
+        let from_a = a.tick(at(now));
+        deliver(&from_a, &mut b_old, now);
+    }
+    drop(b_old);
+    let mut b = Node::new(2, &ids, config(2));
+    now += 100 * MS;
+    for _ in 0..200 {
+        b.check(at(now), &k, &quota, 1).unwrap();
+    }
+    let from_b = b.tick(at(now));
+    let mut steps = 0;
+    let out = loop {
+        steps += 1;
+        if let Some(out) = a.advance_round(at(now), 1) {
+            break out;
+        }
+        if between && steps == 3 {
+            deliver(&from_b, &mut a, now);
+        }
+    };
+    if !between {
+        deliver(&from_b, &mut a, now);
+    }
+    deliver(&out, &mut b, now);
+    let mut sums = Vec::new();
+    for _ in 0..5 {
+        now += 100 * MS;
+        for _ in 0..200 {
+            b.check(at(now), &k, &quota, 1).unwrap();
+        }
+        let mut all = a.tick(at(now));
+        all.extend(b.tick(at(now)));
+        deliver(&all, &mut a, now);
+        deliver(&all, &mut b, now);
+        let s = |n: &Node| n.share(&k, &quota).unwrap_or(WHOLE / 2);
+        sums.push(s(&a) + s(&b));
+    }
+    sums
+}
+
+#[test]
+fn a_peer_s_restart_heard_between_steps_makes_no_share_out_of_nothing() {
+    for between in [false, true] {
+        let sums = restart_mid_round(between);
+        assert!(
+            sums.iter().all(|&s| s <= WHOLE),
+            "between {between}: {sums:?}"
+        );
+    }
 }
