@@ -285,6 +285,9 @@ async fn gossip(shared: Arc<Shared>) {
     let mut ticks = tokio::time::interval(shared.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut buf = vec![0_u8; 65_536];
+    // Whether a round is under way: it goes on a step at a time, datagrams received
+    // between its steps.
+    let mut under_way = false;
     loop {
         tokio::select! {
             received = socket.recv_from(&mut buf) => {
@@ -302,19 +305,19 @@ async fn gossip(shared: Arc<Shared>) {
                     }
                 }
             }
-            _ = ticks.tick() => {
+            _ = ticks.tick(), if !under_way => under_way = true,
+            () = std::future::ready(()), if under_way => {
                 // A round visits every slot held: a few at a time, the lock let go between
-                // steps, so that checks wait on a step, not on the round.
-                // Its datagrams are sealed once the lock is let go.
-                let out = loop {
-                    let now = shared.clock.now();
-                    let step = shared.node().advance_round_unsealed(now, SLOTS_A_STEP);
-                    if let Some(out) = step {
-                        break out;
-                    }
-                    tokio::task::yield_now().await;
-                };
-                shared.send(out.seal()).await;
+                // steps, so that checks wait on a step, not on the round. Its datagrams are
+                // sealed once the lock is let go.
+                let now = shared.clock.now();
+                let step = shared.node().advance_round_unsealed(now, SLOTS_A_STEP);
+                if let Some(out) = step {
+                    under_way = false;
+                    shared.send(out.seal()).await;
+                }
+                // Checks waiting on the lock take it before the next step.
+                tokio::task::yield_now().await;
             }
         }
     }
