@@ -193,11 +193,11 @@
 //!
 //! A check never waits on the network, but it waits for the node: [`MeshStore`] holds one
 //! lock over it. A round ([`Node::tick`], every [`Config::interval`]) visits every slot
-//! held, twice, at 30-120 ns a slot on a 2-core machine: 3-12 ms a round at the default
+//! held, twice, at 30-105 ns a slot on a 2-core machine: 6-10 ms a round at the default
 //! [`Config::max_slots`] (100,000). So `MeshStore` does each round in steps of 256 slots
 //! ([`Node::advance_round`]), lets go of the lock between them, and seals the round's
 //! datagrams after: a check waits for one step at most. The last step encodes what changed
-//! and grows with it: 60-260 µs with 100 keys changed a round, 2-10 ms with 10,000
+//! and grows with it: 25-165 µs with 100 keys changed a round, 2-9 ms with 10,000
 //! (BENCHMARKS.md, "A round's time"). A few rare events visit every slot in one call: a
 //! member added or forgotten, a peer's restart heard, this gateway leaving.
 //!
