@@ -298,6 +298,7 @@ pub(crate) struct Written {
 }
 
 impl Written {
+    /// `entries`, each written as a datagram carries it.
     pub(crate) fn entries(entries: &[Entry]) -> Self {
         let mut written = Self::default();
         for entry in entries {
