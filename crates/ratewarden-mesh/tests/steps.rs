@@ -185,6 +185,25 @@ fn deliver(out: &[Outgoing], to: &mut Node, now: u64) {
     }
 }
 
+/// `node`'s round a slot at a time, `heard` delivered to it after its third step
+/// (`between`) or once the round is done: the round's datagrams.
+fn round_hearing(node: &mut Node, now: u64, heard: &[Outgoing], between: bool) -> Vec<Outgoing> {
+    let mut steps = 0;
+    let out = loop {
+        steps += 1;
+        if let Some(out) = node.advance_round(at(now), 1) {
+            break out;
+        }
+        if between && steps == 3 {
+            deliver(heard, node, now);
+        }
+    };
+    if !between {
+        deliver(heard, node, now);
+    }
+    out
+}
+
 /// A (id 1) restarted with a lower incarnation (5) than its run before (10), which only B
 /// heard. A gives C shares of key k (C refusing); C's acknowledgements of the last round are
 /// lost, so A resends its transfer. A round of A's is stepped a slot at a time; B's first
@@ -241,19 +260,7 @@ fn move_above_mid_round(between: bool) -> (u64, u64, u64) {
     let from_c = c.tick(at(now));
     let from_b = b.tick(at(now));
     assert!(from_b.iter().any(|o| o.to == 1));
-    let mut steps = 0;
-    let out = loop {
-        steps += 1;
-        if let Some(out) = a.advance_round(at(now), 1) {
-            break out;
-        }
-        if between && steps == 3 {
-            deliver(&from_b, &mut a, now);
-        }
-    };
-    if !between {
-        deliver(&from_b, &mut a, now);
-    }
+    let out = round_hearing(&mut a, now, &from_b, between);
     deliver(&out, &mut c, now);
     deliver(&from_c, &mut a, now);
     let s = |n: &Node| n.share(&k, &quota).unwrap_or(WHOLE / 3);
@@ -327,19 +334,7 @@ fn restart_mid_round(between: bool) -> Vec<u64> {
         b.check(at(now), &k, &quota, 1).unwrap();
     }
     let from_b = b.tick(at(now));
-    let mut steps = 0;
-    let out = loop {
-        steps += 1;
-        if let Some(out) = a.advance_round(at(now), 1) {
-            break out;
-        }
-        if between && steps == 3 {
-            deliver(&from_b, &mut a, now);
-        }
-    };
-    if !between {
-        deliver(&from_b, &mut a, now);
-    }
+    let out = round_hearing(&mut a, now, &from_b, between);
     deliver(&out, &mut b, now);
     let mut sums = Vec::new();
     for _ in 0..5 {
