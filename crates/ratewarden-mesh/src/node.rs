@@ -1607,7 +1607,10 @@ impl Node {
                     return None;
                 }
                 budget -= 1;
-                state.rebalance(&slot.quota, rebalance, now);
+                // The incarnation as it is now: a later run (`move_above`) may have come
+                // since the round began.
+                let incarnation = self.config.incarnation;
+                state.rebalance(&slot.quota, rebalance, incarnation, now);
                 round.at += 1;
             }
             round.rebalance = None;
@@ -2262,7 +2265,6 @@ impl Node {
             me,
             round: self.round,
             relay: self.relay_rounds,
-            incarnation: self.config.incarnation,
             founders: self.founders,
             length,
             region,
@@ -2282,7 +2284,6 @@ struct Rebalance {
     me: usize,
     round: u64,
     relay: u8,
-    incarnation: u64,
     founders: usize,
     /// The round's length, µs.
     length: u64,
@@ -2346,7 +2347,9 @@ impl State {
     /// holds more than its max-min fair part of the quota's rate (reckoned on every member's
     /// demand, in whole units of the burst) gives half the difference, at least a unit's
     /// worth, to those holding less than theirs.
-    fn rebalance(&mut self, quota: &Quota, r: &Rebalance, now: u64) {
+    /// Its own view is versioned above what runs before `incarnation` (this gateway's
+    /// run) could have sent.
+    fn rebalance(&mut self, quota: &Quota, r: &Rebalance, incarnation: u64, now: u64) {
         let (me, n, apart) = (r.me, r.gone.len(), &r.apart);
         // Lapsed holds pin no share.
         self.lapse(now);
@@ -2392,7 +2395,7 @@ impl State {
         if demand_moved || share != own.b || pressure != own.c || own.version == 0 {
             self.views[me] = View {
                 // Above every version an incarnation before could have sent.
-                version: r.incarnation.saturating_add(r.round),
+                version: incarnation.saturating_add(r.round),
                 a: demand,
                 b: share,
                 c: pressure,
