@@ -510,6 +510,89 @@ async fn checks_of_a_slot_that_is_migrating_are_decided_on_a_cluster() {
     eprintln!("32 checks of a migrating slot: the slowest took {slowest:?}");
 }
 
+/// A slot moved to another node for good: the store's first command there is answered
+/// `MOVED`, which the connection follows, and the key's count carries on where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_of_a_slot_moved_to_another_node_carry_on_there() {
+    let cluster = RedisCluster::start();
+    let store = RedisConfig::cluster(cluster.urls())
+        .prefix("moved")
+        .deny_cache(0)
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let (key, quota) = (Key::from("gone"), Quota::per_hour(100).unwrap());
+    for left in (90..100).rev() {
+        let decision = store.check(&key, &quota, 1).await.unwrap();
+        assert_eq!(decision.info().remaining(), left);
+    }
+    let slot: u16 = cluster
+        .query(0, redis::cmd("CLUSTER").arg("KEYSLOT").arg("sgone"))
+        .unwrap();
+    let (from, from_id) = cluster.master_of(slot, 0).unwrap();
+    let to = (0..6)
+        .find(|&node| {
+            node != from
+                && format!(
+                    "{:?}",
+                    cluster
+                        .query::<redis::Value>(node, &redis::cmd("ROLE"))
+                        .unwrap()
+                )
+                .contains("master")
+        })
+        .unwrap();
+    let to_id = cluster.node_id(to);
+    let setslot = |node: usize, state: &str, id: &str| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+        let _: () = cluster.query(node, &cmd).unwrap();
+    };
+    setslot(to, "IMPORTING", &from_id);
+    setslot(from, "MIGRATING", &to_id);
+    let keys: Vec<String> = cluster
+        .query(
+            from,
+            redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100),
+        )
+        .unwrap();
+    assert!(!keys.is_empty(), "the key's state is in slot {slot}");
+    let port = cluster.urls()[to].rsplit(':').next().unwrap().to_owned();
+    let _: () = cluster
+        .query(
+            from,
+            redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(port)
+                .arg("")
+                .arg(0)
+                .arg(5_000)
+                .arg("KEYS")
+                .arg(&keys),
+        )
+        .unwrap();
+    for node in 0..6 {
+        if format!(
+            "{:?}",
+            cluster
+                .query::<redis::Value>(node, &redis::cmd("ROLE"))
+                .unwrap()
+        )
+        .contains("master")
+        {
+            setslot(node, "NODE", &to_id);
+        }
+    }
+    for left in (80..90).rev() {
+        let decision = store.check(&key, &quota, 1).await.unwrap();
+        assert_eq!(decision.info().remaining(), left);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_master_of_a_cluster_gets_the_library_and_checks_survive_a_function_flush() {
     let cluster = RedisCluster::start();

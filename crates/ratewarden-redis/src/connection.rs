@@ -557,34 +557,55 @@ impl LazyCluster {
     }
 
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        use redis::cluster_routing::SingleNodeRoutingInfo;
         let mut connection = self.connection().await?;
-        match cmd.query_async(&mut connection).await {
-            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::Ask) => {
-                // The slot is migrating and the key has moved. The client follows `ASK` by
-                // sending `ASKING` and the command separately on a shared connection, where
-                // another request's command can slip in between and use up the `ASKING`; it
-                // then gives up after its retries. Sent as one pipeline, the pair stays together.
-                let Some((host, port)) = error
-                    .redirect_node()
-                    .and_then(|(node, _)| node.rsplit_once(':'))
-                    .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)))
-                else {
-                    return Err(error);
-                };
-                let mut pipeline = redis::pipe();
-                pipeline.cmd("ASKING").add_command(cmd.clone());
-                let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port };
-                let mut replies = connection.route_pipeline(pipeline, 1, 1, route).await?;
-                match replies.pop() {
-                    // A server error in a pipeline comes back as a value: make it an error
-                    // again (`NOSCRIPT` must read as such, so that the script is sent whole).
-                    Some(reply) => {
-                        redis::from_redis_value(reply.extract_error()?).map_err(Into::into)
-                    }
-                    None => Err(error),
-                }
+        let mut result = cmd.query_async(&mut connection).await;
+        // Redirects are followed here, not by the client (it follows none: `retries(0)`).
+        // The client follows `ASK` by sending `ASKING` and the command separately on a
+        // shared connection, where another request's command can slip in between and use
+        // up the `ASKING`: the command is then answered `MOVED`, back to the node that
+        // answered `ASK`, and checks of a migrating slot went round until their deadline.
+        // Sent as one pipeline, the pair stays together. A redirect is followed at most
+        // `REDIRECTS` times (a slot moved, then asked for on its new node).
+        for _ in 0..REDIRECTS {
+            let Err(error) = &result else {
+                break;
+            };
+            let asking = match error.kind() {
+                ErrorKind::Server(ServerErrorKind::Ask) => true,
+                ErrorKind::Server(ServerErrorKind::Moved) => false,
+                _ => break,
+            };
+            let Some((host, port)) = error
+                .redirect_node()
+                .and_then(|(node, _)| node.rsplit_once(':'))
+                .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)))
+            else {
+                break;
+            };
+            let mut pipeline = redis::pipe();
+            if asking {
+                pipeline.cmd("ASKING");
             }
-            result => result,
+            pipeline.add_command(cmd.clone());
+            let route = SingleNodeRoutingInfo::ByAddress { host, port };
+            let offset = usize::from(asking);
+            let mut replies = connection
+                .route_pipeline(pipeline, offset, 1, route)
+                .await?;
+            result = match replies.pop() {
+                // A server error in a pipeline comes back as a value: make it an error
+                // again (`NOSCRIPT` must read as such, so that the script is sent whole).
+                Some(reply) => reply
+                    .extract_error()
+                    .and_then(|reply| redis::from_redis_value(reply).map_err(Into::into)),
+                None => break,
+            };
         }
+        result
     }
 }
+
+/// Redirects (`ASK`, `MOVED`) a cluster command follows before its error is answered: a
+/// slot moved, then asked for on its new node while it migrates on.
+const REDIRECTS: usize = 3;
