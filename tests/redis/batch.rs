@@ -510,6 +510,47 @@ async fn checks_of_a_slot_that_is_migrating_are_decided_on_a_cluster() {
     eprintln!("32 checks of a migrating slot: the slowest took {slowest:?}");
 }
 
+/// A master dies: once its replica takes its slots over, checks of a key it served are
+/// decided again (the connection learns the new master).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_of_a_key_whose_master_died_are_decided_after_the_failover() {
+    let mut cluster = RedisCluster::start();
+    let store = RedisConfig::cluster(cluster.urls())
+        .prefix("failover")
+        .deny_cache(0)
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let (key, quota) = (Key::from("orphan"), Quota::per_hour(100).unwrap());
+    assert!(store.check(&key, &quota, 1).await.unwrap().is_allowed());
+    let slot: u16 = cluster
+        .query(0, redis::cmd("CLUSTER").arg("KEYSLOT").arg("sorphan"))
+        .unwrap();
+    let (master, _) = cluster.master_of(slot, 0).unwrap();
+    cluster.kill(master);
+    let started = std::time::Instant::now();
+    let mut failed = 0;
+    loop {
+        match store.check(&key, &quota, 1).await {
+            Ok(decision) => {
+                assert!(decision.is_allowed());
+                break;
+            }
+            Err(_) => failed += 1,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no check decided 30 s after the master died ({failed} failed)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "decided again {:?} after the master died ({failed} checks failed meanwhile)",
+        started.elapsed()
+    );
+}
+
 /// A slot moved to another node for good: the store's first command there is answered
 /// `MOVED`, which the connection follows, and the key's count carries on where it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
