@@ -448,6 +448,19 @@ fn a_runtime_that_shuts_down_with_checks_queued_leaves_the_store_working() {
     });
 }
 
+/// Whether node `node` of `cluster` is a master.
+fn is_master(cluster: &RedisCluster, node: usize) -> bool {
+    let role: redis::Value = cluster.query(node, &redis::cmd("ROLE")).unwrap();
+    format!("{role:?}").contains("master")
+}
+
+/// `CLUSTER SETSLOT slot state id` on node `node` of `cluster`.
+fn set_slot(cluster: &RedisCluster, node: usize, slot: u16, state: &str, id: &str) {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+    let _: () = cluster.query(node, &cmd).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checks_of_a_slot_that_is_migrating_are_decided_on_a_cluster() {
     // Reproduced: a batch naming keys of a migrating slot, some moved and some not, is refused
@@ -473,22 +486,9 @@ async fn checks_of_a_slot_that_is_migrating_are_decided_on_a_cluster() {
         .unwrap();
     let (from, from_id) = cluster.master_of(slot, 0).unwrap();
     let to = (0..6)
-        .find(|&node| {
-            node != from
-                && format!(
-                    "{:?}",
-                    cluster
-                        .query::<redis::Value>(node, &redis::cmd("ROLE"))
-                        .unwrap()
-                )
-                .contains("master")
-        })
+        .find(|&node| node != from && is_master(&cluster, node))
         .unwrap();
-    let setslot = |node: usize, state: &str, id: &str| {
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
-        let _: () = cluster.query(node, &cmd).unwrap();
-    };
+    let setslot = |node: usize, state: &str, id: &str| set_slot(&cluster, node, slot, state, id);
     setslot(to, "IMPORTING", &from_id);
     setslot(from, "MIGRATING", &cluster.node_id(to));
     let quotas: Vec<Quota> = (0..8).map(|i| Quota::per_hour(400 + i).unwrap()).collect();
@@ -573,23 +573,10 @@ async fn checks_of_a_slot_moved_to_another_node_carry_on_there() {
         .unwrap();
     let (from, from_id) = cluster.master_of(slot, 0).unwrap();
     let to = (0..6)
-        .find(|&node| {
-            node != from
-                && format!(
-                    "{:?}",
-                    cluster
-                        .query::<redis::Value>(node, &redis::cmd("ROLE"))
-                        .unwrap()
-                )
-                .contains("master")
-        })
+        .find(|&node| node != from && is_master(&cluster, node))
         .unwrap();
     let to_id = cluster.node_id(to);
-    let setslot = |node: usize, state: &str, id: &str| {
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
-        let _: () = cluster.query(node, &cmd).unwrap();
-    };
+    let setslot = |node: usize, state: &str, id: &str| set_slot(&cluster, node, slot, state, id);
     setslot(to, "IMPORTING", &from_id);
     setslot(from, "MIGRATING", &to_id);
     let keys: Vec<String> = cluster
@@ -616,17 +603,8 @@ async fn checks_of_a_slot_moved_to_another_node_carry_on_there() {
                 .arg(&keys),
         )
         .unwrap();
-    for node in 0..6 {
-        if format!(
-            "{:?}",
-            cluster
-                .query::<redis::Value>(node, &redis::cmd("ROLE"))
-                .unwrap()
-        )
-        .contains("master")
-        {
-            setslot(node, "NODE", &to_id);
-        }
+    for node in (0..6).filter(|&node| is_master(&cluster, node)) {
+        setslot(node, "NODE", &to_id);
     }
     for left in (80..90).rev() {
         let decision = store.check(&key, &quota, 1).await.unwrap();
