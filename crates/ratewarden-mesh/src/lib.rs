@@ -197,7 +197,7 @@
 //! [`Config::max_slots`] (100,000). So `MeshStore` does each round in steps of 256 slots
 //! ([`Node::advance_round`]), lets go of the lock between them, and seals the round's
 //! datagrams after: a check waits for one step at most. The last step encodes what changed
-//! and grows with it: 25-165 µs with 100 keys changed a round, 2-9 ms with 10,000
+//! and grows with it: 25-165 µs with 100 keys changed a round, 2-10 ms with 10,000
 //! (BENCHMARKS.md, "A round's time"). A few rare events visit every slot in one call: a
 //! member added or forgotten, a peer's restart heard, this gateway leaving.
 //!
